@@ -1,0 +1,149 @@
+"""normfuse: fuse decomposed normalisation subgraphs in ONNX models.
+
+The public API: `optimize` rewrites a model and returns it with its report, `inspect` reports what
+would be fused without changing anything, and `save` writes a model atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from normfuse import model_io, rewrite, targets
+from normfuse.constants import ConstantReader
+from normfuse.errors import NormfuseError
+from normfuse.report import Report
+from normfuse.shapes import tensor_types
+from normfuse.targets import Target
+
+try:
+    __version__ = version("normfuse")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = ["NormfuseError", "OptimizeResult", "Report", "__version__", "inspect", "optimize", "save"]
+
+ModelLike = onnx.ModelProto | str | os.PathLike
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """The optimised model, its report, and the folder its external data is read from."""
+
+    model: onnx.ModelProto
+    report: Report
+    base_dir: Path | None
+
+
+def optimize(
+    model: ModelLike, target: str = "ort", passes: str | list[str] | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> OptimizeResult:
+    """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
+
+    `target` is "ort" (ONNX Runtime, the default) or "onnx" (standard operators only); `passes`
+    names the passes to run (default: all). For a `ModelProto` whose weights are in external data,
+    `base_dir` is the folder they are in. The input is never modified.
+    """
+    from normfuse.passes import select
+
+    loaded = _load(model, base_dir)
+    try:
+        chosen_target, chosen_passes = Target(target), select(passes)
+    except ValueError as error:
+        raise NormfuseError(str(error)) from None
+    original = loaded.model
+    emission = targets.layer_norm_emission(original, chosen_target)
+    context = rewrite.Context(
+        ConstantReader(loaded.base_dir), tensor_types(original), chosen_target, emission
+    )
+    graph = _import_graph(original)
+    nodes_before = len(graph.nodes)
+    result = rewrite.run(graph, chosen_passes, context)
+    optimised = _export(original, graph) if result.sites else _copy(original)
+    opset_before = targets.default_opset(original)
+    ort_only = bool(result.sites) and emission is not None and emission.ort_only
+    if result.sites and emission is not None and emission.opset > opset_before:
+        targets.set_default_opset(optimised, emission.opset)
+    if result.sites and not ort_only and _passes_checker(original, full=False):
+        _check(optimised, full=chosen_target is Target.ONNX)
+    report = Report(
+        __version__, _name(model), None, chosen_target.value, result.sites, result.near_misses,
+        nodes_before, len(optimised.graph.node), opset_before, targets.default_opset(optimised),
+        ort_only,
+    )
+    return OptimizeResult(optimised, report, loaded.base_dir)
+
+
+def inspect(model: ModelLike, target: str = "ort", passes: str | list[str] | None = None,
+            base_dir: str | os.PathLike | None = None) -> Report:
+    """Report what `optimize` would fuse and every near-miss, changing nothing."""
+    return optimize(model, target, passes, base_dir).report
+
+
+def save(model: OptimizeResult | onnx.ModelProto, path: str | os.PathLike,
+         base_dir: str | os.PathLike | None = None) -> None:
+    """Write a model (or an `OptimizeResult`'s model) to `path` atomically, external data beside it."""
+    if isinstance(model, OptimizeResult):
+        model, base_dir = model.model, base_dir or model.base_dir
+    model_io.save(model, path, base_dir)
+
+
+def _load(model: ModelLike, base_dir: str | os.PathLike | None) -> model_io.LoadedModel:
+    if isinstance(model, onnx.ModelProto):
+        return model_io.LoadedModel(model, Path(base_dir).resolve() if base_dir else None)
+    return model_io.load(model)
+
+
+def _name(model: ModelLike) -> str | None:
+    return None if isinstance(model, onnx.ModelProto) else os.fspath(model)
+
+
+def _import_graph(model: onnx.ModelProto) -> gs.Graph:
+    try:
+        return gs.import_onnx(model)
+    except Exception as error:  # noqa: BLE001 - any import failure means an unusable model
+        raise NormfuseError(f"cannot read the model's graph: {error}") from None
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _export(original: onnx.ModelProto, graph: gs.Graph) -> onnx.ModelProto:
+    """The original model with its graph replaced; model-level fields and graph I/O kept."""
+    exported = gs.export_onnx(graph, do_type_check=False).graph
+    optimised = _copy(original)
+    optimised.graph.CopyFrom(exported)
+    for field in ("input", "output", "metadata_props"):
+        del getattr(optimised.graph, field)[:]
+        getattr(optimised.graph, field).extend(getattr(original.graph, field))
+    optimised.graph.name = original.graph.name
+    optimised.graph.doc_string = original.graph.doc_string
+    return optimised
+
+
+def _passes_checker(model: onnx.ModelProto, full: bool) -> bool:
+    try:
+        onnx.checker.check_model(model, full_check=full)
+    except onnx.checker.ValidationError:
+        return False
+    return True
+
+
+def _check(model: onnx.ModelProto, full: bool) -> None:
+    """Refuse to return a rewritten model that fails onnx.checker where its input passed it.
+
+    ORT-only output is not checked here: it fails the schema check by construction.
+    """
+    try:
+        onnx.checker.check_model(model, full_check=full)
+    except onnx.checker.ValidationError as error:
+        raise NormfuseError(f"the rewritten model fails onnx.checker: {error}") from None

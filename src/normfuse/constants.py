@@ -1,0 +1,105 @@
+"""Read constant values from a graph, whatever form they were written in.
+
+A constant can be an initializer, the output of a `Constant` node (`value`, `value_float`,
+`value_floats`, `value_int`, `value_ints`), or a tensor whose data lives in external data. Values
+are read only for tensors of at most `max_elements` elements, so large weights stay on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+DEFAULT_MAX_ELEMENTS = 1 << 20
+DEFAULT_DOMAINS = (None, "", "ai.onnx")
+
+
+class ConstantReader:
+    """Reads constant tensor values; `base_dir` resolves external-data locations."""
+
+    def __init__(self, base_dir: Path | None, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+        self.base_dir = base_dir
+        self.max_elements = max_elements
+
+    def value(self, tensor: gs.Tensor) -> np.ndarray | None:
+        """The value of `tensor` if it is a (small enough) constant, else None."""
+        if isinstance(tensor, gs.Constant):
+            return self._from_constant(tensor)
+        producers = tensor.inputs
+        if len(producers) != 1 or producers[0].op != "Constant":
+            return None
+        if producers[0].domain not in DEFAULT_DOMAINS:
+            return None
+        return self._from_constant_node(producers[0])
+
+    def _from_constant(self, constant: gs.Constant) -> np.ndarray | None:
+        if int(np.prod(constant.shape, dtype=np.int64)) > self.max_elements:
+            return None
+        values = constant._values
+        if isinstance(values, gs.ir.tensor.LazyValues):
+            return self._from_proto(values.tensor)
+        return np.asarray(values)
+
+    def _from_proto(self, proto: onnx.TensorProto) -> np.ndarray | None:
+        if uses_external_data(proto):
+            if self.base_dir is None:
+                return None
+            copy = onnx.TensorProto()
+            copy.CopyFrom(proto)
+            load_external_data_for_tensor(copy, str(self.base_dir))
+            del copy.external_data[:]
+            copy.data_location = onnx.TensorProto.DEFAULT
+            return onnx.numpy_helper.to_array(copy)
+        return onnx.numpy_helper.to_array(proto)
+
+    def _from_constant_node(self, node: gs.Node) -> np.ndarray | None:
+        attrs = node.attrs
+        if "value" in attrs and isinstance(attrs["value"], gs.Constant):
+            return self._from_constant(attrs["value"])
+        if "value_float" in attrs:
+            return np.array(attrs["value_float"], dtype=np.float32)
+        if "value_floats" in attrs:
+            return np.array(attrs["value_floats"], dtype=np.float32)
+        if "value_int" in attrs:
+            return np.array(attrs["value_int"], dtype=np.int64)
+        if "value_ints" in attrs:
+            return np.array(attrs["value_ints"], dtype=np.int64)
+        return None
+
+    def scalar(self, tensor: gs.Tensor) -> float | None:
+        """The value of a one-element constant as a Python float, else None."""
+        value = self.value(tensor)
+        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
+            return None
+        return float(value.reshape(()))
+
+
+def reduce_axes(node: gs.Node, rank: int | None, reader: ConstantReader) -> tuple[int, ...] | None:
+    """The axes a Reduce* node reduces, as sorted negative indices; None when not decidable.
+
+    Axes come from the `axes` attribute (ReduceMean before opset 18) or the second input (opset 18,
+    and ReduceSum from 13). No axes means all axes, unless `noop_with_empty_axes` is set.
+    """
+    if "axes" in node.attrs:
+        axes = list(node.attrs["axes"])
+    elif len(node.inputs) > 1 and node.inputs[1].name:
+        value = reader.value(node.inputs[1])
+        if value is None:
+            return None
+        axes = [int(a) for a in value.reshape(-1)]
+    else:
+        axes = []
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0) or rank is None:
+            return None
+        return tuple(range(-rank, 0))
+    if any(a >= 0 for a in axes) and rank is None:
+        return None
+    normalised = {a - rank if a >= 0 else a for a in axes}
+    if rank is not None and any(a < -rank for a in normalised):
+        return None
+    return tuple(sorted(normalised))

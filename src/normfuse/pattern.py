@@ -1,0 +1,216 @@
+"""A small declarative pattern language over onnx-graphsurgeon graphs.
+
+A pattern describes how a tensor is computed, written as nested calls that read like the maths:
+
+    centered = Op("Sub", x, mean, name="centered")
+    normed = Op("Div", centered, Op("Sqrt", Op("Add", variance, Const("epsilon"))))
+
+Semantics:
+- `Var(name)` matches any tensor and binds it; `Const(name)` matches a constant (initializer or
+  `Constant` node), optionally of a given one-element value.
+- `Op(op, *inputs)` matches a tensor produced by a default-domain node of that type whose leading
+  inputs match `inputs` (`Add` and `Mul` in either operand order). `extra_inputs=True` lets the
+  node have further inputs (a `ReduceMean` axes input, read later by the check).
+- `AnyOf(...)` tries alternatives in order. A name used twice must bind the same tensor, or two
+  tensors computed identically (exporters sometimes compute `x - mean` twice).
+Matching yields every consistent `Match`; each records its bindings and the nodes it covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+
+COMMUTATIVE_OPS = frozenset({"Add", "Mul"})
+
+
+@dataclass(frozen=True)
+class Var:
+    """Any tensor, bound to `name`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant tensor bound to `name`; with `value`, a one-element constant equal to it."""
+
+    name: str
+    value: float | None = None
+
+
+@dataclass(frozen=True, init=False)
+class Op:
+    """A tensor produced by a node of type `op` from `inputs`; bound to `name` when given."""
+
+    op: str
+    inputs: tuple[Pattern, ...]
+    name: str | None
+    extra_inputs: bool
+
+    def __init__(
+        self, op: str, *inputs: Pattern, name: str | None = None, extra_inputs: bool = False
+    ) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "inputs", inputs)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "extra_inputs", extra_inputs)
+
+
+@dataclass(frozen=True, init=False)
+class AnyOf:
+    """The first of `alternatives` that matches (all are tried on backtracking)."""
+
+    alternatives: tuple[Pattern, ...]
+
+    def __init__(self, *alternatives: Pattern) -> None:
+        object.__setattr__(self, "alternatives", alternatives)
+
+
+Pattern = Var | Const | Op | AnyOf
+
+
+@dataclass(frozen=True)
+class Match:
+    """Bindings from pattern names to tensors, and the matched nodes (root's producer first)."""
+
+    root: gs.Tensor
+    tensors: Mapping[str, gs.Tensor]
+    nodes: tuple[gs.Node, ...] = field(default=())
+
+    def __getitem__(self, name: str) -> gs.Tensor:
+        return self.tensors[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def node(self, name: str) -> gs.Node:
+        """The node that produced the tensor bound to `name`."""
+        return self.tensors[name].inputs[0]
+
+
+@dataclass(frozen=True)
+class _State:
+    tensors: Mapping[str, gs.Tensor]
+    nodes: tuple[gs.Node, ...]
+
+    def bind(self, name: str, tensor: gs.Tensor) -> _State | None:
+        bound = self.tensors.get(name)
+        if bound is None:
+            return _State({**self.tensors, name: tensor}, self.nodes)
+        return self if equivalent(bound, tensor) else None
+
+    def add(self, node: gs.Node) -> _State:
+        if any(node is seen for seen in self.nodes):
+            return self
+        return _State(self.tensors, (*self.nodes, node))
+
+
+def match(pattern: Pattern, tensor: gs.Tensor, reader: ConstantReader) -> Iterator[Match]:
+    """Every way `pattern` matches the computation of `tensor`."""
+    for state in _match(pattern, tensor, _State({}, ()), reader):
+        yield Match(tensor, state.tensors, state.nodes)
+
+
+def _match(
+    pattern: Pattern, tensor: gs.Tensor, state: _State, reader: ConstantReader
+) -> Iterator[_State]:
+    if isinstance(pattern, Var):
+        bound = state.bind(pattern.name, tensor)
+        if bound is not None:
+            yield bound
+    elif isinstance(pattern, Const):
+        yield from _match_const(pattern, tensor, state, reader)
+    elif isinstance(pattern, AnyOf):
+        for alternative in pattern.alternatives:
+            yield from _match(alternative, tensor, state, reader)
+    else:
+        yield from _match_op(pattern, tensor, state, reader)
+
+
+def _match_const(
+    pattern: Const, tensor: gs.Tensor, state: _State, reader: ConstantReader
+) -> Iterator[_State]:
+    if pattern.value is None:
+        if not is_constant(tensor):
+            return
+    else:
+        value = reader.scalar(tensor)
+        if value is None or not np.isclose(value, pattern.value, rtol=0, atol=1e-7):
+            return
+    bound = state.bind(pattern.name, tensor)
+    if bound is not None:
+        yield bound
+
+
+def _match_op(pattern: Op, tensor: gs.Tensor, state: _State, reader: ConstantReader) -> Iterator[_State]:
+    node = producer(tensor)
+    if node is None or node.op != pattern.op or node.domain not in DEFAULT_DOMAINS:
+        return
+    count = len(pattern.inputs)
+    if len(node.inputs) < count or (len(node.inputs) > count and not pattern.extra_inputs):
+        return
+    if pattern.name is not None:
+        state = state.bind(pattern.name, tensor)
+        if state is None:
+            return
+    state = state.add(node)
+    inputs = list(node.inputs[:count])
+    orders = [inputs]
+    if pattern.op in COMMUTATIVE_OPS and count == 2 and inputs[0] is not inputs[1]:
+        orders.append(inputs[::-1])
+    for order in orders:
+        yield from _match_all(pattern.inputs, order, state, reader)
+
+
+def _match_all(
+    patterns: tuple[Pattern, ...], tensors: list[gs.Tensor], state: _State, reader: ConstantReader
+) -> Iterator[_State]:
+    if not patterns:
+        yield state
+        return
+    for after_first in _match(patterns[0], tensors[0], state, reader):
+        yield from _match_all(patterns[1:], tensors[1:], after_first, reader)
+
+
+def producer(tensor: gs.Tensor) -> gs.Node | None:
+    """The node that computes `tensor`, or None for graph inputs and initializers."""
+    return tensor.inputs[0] if len(tensor.inputs) == 1 else None
+
+
+def is_constant(tensor: gs.Tensor) -> bool:
+    """True for initializers and outputs of `Constant` nodes."""
+    if isinstance(tensor, gs.Constant):
+        return True
+    node = producer(tensor)
+    return node is not None and node.op == "Constant" and node.domain in DEFAULT_DOMAINS
+
+
+def equivalent(a: gs.Tensor, b: gs.Tensor, depth: int = 16) -> bool:
+    """True if `a` and `b` are the same tensor or are computed identically from the same tensors."""
+    if a is b:
+        return True
+    node_a, node_b = producer(a), producer(b)
+    if depth == 0 or node_a is None or node_b is None or node_a is node_b:
+        return False
+    if node_a.op == "Constant" or node_a.op != node_b.op or node_a.domain != node_b.domain:
+        return False
+    if len(node_a.inputs) != len(node_b.inputs) or len(node_a.outputs) != 1:
+        return False
+    if len(node_b.outputs) != 1 or not _same_attrs(node_a.attrs, node_b.attrs):
+        return False
+    return all(equivalent(x, y, depth - 1) for x, y in zip(node_a.inputs, node_b.inputs))
+
+
+def _same_attrs(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    try:
+        return all(bool(np.all(a[key] == b[key])) for key in a)
+    except (TypeError, ValueError):
+        return False

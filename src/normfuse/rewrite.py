@@ -1,0 +1,251 @@
+"""The pass protocol, the records a pass returns, and the driver that applies passes.
+
+A pass declares patterns and a `check` that turns a match into a `Site` (fuse) or a `NearMiss`
+(explain why not). The driver, not the pass, decides what may be removed: it collects every match
+first, rejects matches whose intermediates escape the subgraph, keeps the largest acceptable
+candidate per site, then rewires all chosen sites at once, keeping each output tensor's name, and
+cleans up and sorts the graph once. Passes run in order until none fuses anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from normfuse.constants import ConstantReader
+from normfuse.pattern import Match, Pattern, match
+from normfuse.targets import Emission, Target
+
+INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
+MAX_ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class FusedNode:
+    """The node that replaces a site: inputs are graph tensors, new constants, or None (absent)."""
+
+    op: str
+    domain: str
+    attrs: dict
+    inputs: tuple[gs.Tensor | np.ndarray | None, ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    """One subgraph that will be (or was) fused."""
+
+    kind: str
+    op: str
+    domain: str
+    axis: int
+    epsilon: float
+    input: str
+    output: str
+    removed_nodes: tuple[str, ...]
+    fused: FusedNode = field(repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        """The JSON form of DESIGN.md's report."""
+        return {
+            "kind": self.kind, "op": self.op, "domain": self.domain, "axis": self.axis,
+            "epsilon": self.epsilon, "input": self.input, "output": self.output,
+            "removed_nodes": list(self.removed_nodes),
+        }
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A subgraph that looks like a normalisation but was not fused, and why."""
+
+    kind: str
+    node: str
+    reason: str
+    detail: str
+
+    def as_dict(self) -> dict:
+        """The JSON form of DESIGN.md's report."""
+        return {"kind": self.kind, "node": self.node, "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a check may consult: constants, inferred tensor types and shapes, the target."""
+
+    reader: ConstantReader
+    types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
+    target: Target
+    layer_norm: Emission | None
+
+    def rank(self, tensor: gs.Tensor) -> int | None:
+        """The rank of `tensor` when known."""
+        shape = self.shape(tensor)
+        return None if shape is None else len(shape)
+
+    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
+        """The shape of `tensor` (ints for static dims) when known."""
+        if isinstance(tensor, gs.Constant):
+            return tuple(tensor.shape)
+        known = self.types.get(tensor.name)
+        return None if known is None else known[1]
+
+    def elem_type(self, tensor: gs.Tensor) -> int | None:
+        """The ONNX element type of `tensor` when known."""
+        if isinstance(tensor, gs.Constant):
+            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
+        known = self.types.get(tensor.name)
+        return None if known is None else known[0]
+
+
+class FusionPass(Protocol):
+    """A family of patterns that fuse into one op."""
+
+    name: str
+    kind: str
+    patterns: tuple[Pattern, ...]
+
+    def site_key(self, match: Match) -> gs.Node:
+        """The node that identifies the candidate site (matches sharing it compete)."""
+
+    def check(self, match: Match, context: Context) -> Site | NearMiss:
+        """Decide, without side effects, whether `match` computes this family's function."""
+
+
+@dataclass
+class RunResult:
+    """What the driver fused and declined, over all rounds."""
+
+    sites: list[Site] = field(default_factory=list)
+    near_misses: list[NearMiss] = field(default_factory=list)
+
+
+def run(graph: gs.Graph, passes: Sequence[FusionPass], context: Context) -> RunResult:
+    """Apply `passes` to `graph` until nothing more fuses; the graph is changed in place."""
+    result = RunResult()
+    for _ in range(MAX_ROUNDS):
+        fused_this_round = 0
+        near_misses: list[NearMiss] = []
+        for fusion_pass in passes:
+            sites, misses = find_sites(graph, fusion_pass, context)
+            apply_sites(graph, sites)
+            result.sites.extend(sites)
+            near_misses.extend(misses)
+            fused_this_round += len(sites)
+        result.near_misses = near_misses
+        if not fused_this_round:
+            break
+    return result
+
+
+def find_sites(
+    graph: gs.Graph, fusion_pass: FusionPass, context: Context
+) -> tuple[list[Site], list[NearMiss]]:
+    """Every site `fusion_pass` would fuse in `graph` (non-overlapping) and every near-miss."""
+    candidates: dict[int, list[Match]] = {}
+    for node in graph.nodes:
+        for tensor in node.outputs:
+            for pattern in fusion_pass.patterns:
+                found = next(match(pattern, tensor, context.reader), None)
+                if found is not None:
+                    key = id(fusion_pass.site_key(found))
+                    candidates.setdefault(key, []).append(found)
+    graph_outputs = {tensor.name for tensor in graph.outputs}
+    sites, near_misses = [], []
+    for group in candidates.values():
+        outcome = _decide(group, fusion_pass, context, graph_outputs)
+        (sites if isinstance(outcome, Site) else near_misses).append(outcome)
+    return _without_overlaps(sites, graph), near_misses
+
+
+def _decide(
+    group: list[Match], fusion_pass: FusionPass, context: Context, graph_outputs: set[str]
+) -> Site | NearMiss:
+    """The largest acceptable candidate; a smaller one only where a larger one's intermediates
+    escape the subgraph. Otherwise the largest candidate's near-miss."""
+    group = sorted(group, key=lambda found: len(found.nodes), reverse=True)
+    first_miss = None
+    for found in group:
+        outcome = _escaping_intermediate(found, fusion_pass.kind, graph_outputs)
+        if outcome is None:
+            outcome = fusion_pass.check(found, context)
+        if isinstance(outcome, Site):
+            return outcome
+        first_miss = first_miss or outcome
+        if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:
+            break
+    return first_miss
+
+
+def _escaping_intermediate(found: Match, kind: str, graph_outputs: set[str]) -> NearMiss | None:
+    """A near-miss if any matched node's output other than the root is used outside the match."""
+    inside = {id(node) for node in found.nodes}
+    for node in found.nodes:
+        for tensor in node.outputs:
+            if tensor is found.root:
+                continue
+            outside = [user for user in tensor.outputs if id(user) not in inside]
+            if outside or tensor.name in graph_outputs:
+                users = ", ".join(user.name for user in outside) or "a graph output"
+                return NearMiss(
+                    kind, node.name, INTERMEDIATE_USED_ELSEWHERE,
+                    f"{tensor.name!r} (from {node.op} {node.name!r}) is also used by {users}",
+                )
+    return None
+
+
+def _without_overlaps(sites: list[Site], graph: gs.Graph) -> list[Site]:
+    """Keep the largest sites first; drop any that shares a node with one already kept."""
+    taken: set[str] = set()
+    kept = []
+    for site in sorted(sites, key=lambda s: len(s.removed_nodes), reverse=True):
+        if taken.isdisjoint(site.removed_nodes):
+            taken.update(site.removed_nodes)
+            kept.append(site)
+    order = {tensor.name: index for index, tensor in enumerate(_all_outputs(graph))}
+    return sorted(kept, key=lambda site: order[site.output])
+
+
+def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
+    return [tensor for node in graph.nodes for tensor in node.outputs]
+
+
+def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
+    """Replace each site's subgraph by its fused node, keep output names, clean up, sort."""
+    if not sites:
+        return
+    tensors = graph.tensors()
+    node_names = {node.name for node in graph.nodes}
+    for site in sites:
+        name = _unique(f"{site.output}/{site.op}", node_names)
+        node_names.add(name)
+        values = list(site.fused.inputs)
+        while values and values[-1] is None:
+            values.pop()
+        inputs = []
+        for index, value in enumerate(values):
+            if value is None:
+                inputs.append(gs.Variable.empty())
+            elif isinstance(value, np.ndarray):
+                constant_name = _unique(f"{name}/input{index}", tensors.keys())
+                constant = gs.Constant(constant_name, np.ascontiguousarray(value))
+                tensors[constant_name] = constant
+                inputs.append(constant)
+            else:
+                inputs.append(value)
+        output = tensors[site.output]
+        output.inputs.clear()
+        graph.nodes.append(
+            gs.Node(site.fused.op, name, dict(site.fused.attrs), inputs, [output], domain=site.fused.domain)
+        )
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+
+
+def _unique(name: str, taken) -> str:
+    candidate, index = name, 1
+    while candidate in taken:
+        candidate, index = f"{name}_{index}", index + 1
+    return candidate
