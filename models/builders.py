@@ -161,9 +161,9 @@ def layer_norm_model(
         weight = b.const(rng.normal(0, 0.2, (hidden, hidden)), "weight")
         h = b.op("Add", [h, b.op("MatMul", [normed, weight])])
     elem = FLOAT_TYPES[dtype]
-    outputs = [helper.make_tensor_value_info(h, elem, None)]
+    outputs = [helper.make_tensor_value_info(h, elem, list(shape))]
     if exposed:
-        outputs.append(helper.make_tensor_value_info(exposed, elem, None))
+        outputs.append(helper.make_tensor_value_info(exposed, elem, [None] * len(shape)))
     graph = helper.make_graph(
         b.nodes, "layer_norm_test", [helper.make_tensor_value_info("x", elem, list(shape))],
         outputs, b.initializers,

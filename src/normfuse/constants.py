@@ -26,15 +26,37 @@ class ConstantReader:
         self.max_elements = max_elements
 
     def value(self, tensor: gs.Tensor) -> np.ndarray | None:
-        """The value of `tensor` if it is a (small enough) constant, else None."""
+        """The value of `tensor` if it is a (small enough) constant, else None.
+
+        `Identity` and `Cast` of a constant are folded (exporters deduplicate equal initializers
+        through `Identity`).
+        """
         if isinstance(tensor, gs.Constant):
             return self._from_constant(tensor)
-        producers = tensor.inputs
-        if len(producers) != 1 or producers[0].op != "Constant":
+        node = _producer(tensor)
+        if node is None:
             return None
-        if producers[0].domain not in DEFAULT_DOMAINS:
-            return None
-        return self._from_constant_node(producers[0])
+        if node.op == "Constant":
+            return self._from_constant_node(node)
+        if node.op == "Identity":
+            return self.value(node.inputs[0])
+        if node.op == "Cast":
+            value = self.value(node.inputs[0])
+            to = onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"])
+            return None if value is None else value.astype(to)
+        return None
+
+    @staticmethod
+    def is_constant(tensor: gs.Tensor) -> bool:
+        """True for initializers, `Constant` node outputs, and Identity or Cast of either."""
+        if isinstance(tensor, gs.Constant):
+            return True
+        node = _producer(tensor)
+        if node is None:
+            return False
+        if node.op in ("Cast", "Identity"):
+            return ConstantReader.is_constant(node.inputs[0])
+        return node.op == "Constant"
 
     def _from_constant(self, constant: gs.Constant) -> np.ndarray | None:
         if int(np.prod(constant.shape, dtype=np.int64)) > self.max_elements:
@@ -76,6 +98,13 @@ class ConstantReader:
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
             return None
         return float(value.reshape(()))
+
+
+def _producer(tensor: gs.Tensor) -> gs.Node | None:
+    """The default-domain node computing `tensor`, if there is exactly one."""
+    if len(tensor.inputs) != 1 or tensor.inputs[0].domain not in DEFAULT_DOMAINS:
+        return None
+    return tensor.inputs[0]
 
 
 def reduce_axes(node: gs.Node, rank: int | None, reader: ConstantReader) -> tuple[int, ...] | None:

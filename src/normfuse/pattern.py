@@ -6,8 +6,8 @@ A pattern describes how a tensor is computed, written as nested calls that read 
     normed = Op("Div", centered, Op("Sqrt", Op("Add", variance, Const("epsilon"))))
 
 Semantics:
-- `Var(name)` matches any tensor and binds it; `Const(name)` matches a constant (initializer or
-  `Constant` node), optionally of a given one-element value.
+- `Var(name)` matches any tensor and binds it; `Const(name)` matches a constant (initializer,
+  `Constant` node, or a `Cast` of one), optionally of a given one-element value.
 - `Op(op, *inputs)` matches a tensor produced by a default-domain node of that type whose leading
   inputs match `inputs` (`Add` and `Mul` in either operand order). `extra_inputs=True` lets the
   node have further inputs (a `ReduceMean` axes input, read later by the check).
@@ -137,7 +137,7 @@ def _match_const(
     pattern: Const, tensor: gs.Tensor, state: _State, reader: ConstantReader
 ) -> Iterator[_State]:
     if pattern.value is None:
-        if not is_constant(tensor):
+        if not reader.is_constant(tensor):
             return
     else:
         value = reader.scalar(tensor)
@@ -181,14 +181,6 @@ def _match_all(
 def producer(tensor: gs.Tensor) -> gs.Node | None:
     """The node that computes `tensor`, or None for graph inputs and initializers."""
     return tensor.inputs[0] if len(tensor.inputs) == 1 else None
-
-
-def is_constant(tensor: gs.Tensor) -> bool:
-    """True for initializers and outputs of `Constant` nodes."""
-    if isinstance(tensor, gs.Constant):
-        return True
-    node = producer(tensor)
-    return node is not None and node.op == "Constant" and node.domain in DEFAULT_DOMAINS
 
 
 def equivalent(a: gs.Tensor, b: gs.Tensor, depth: int = 16) -> bool:

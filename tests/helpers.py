@@ -1,0 +1,92 @@
+"""Shared test helpers: random inputs, running models in ONNX Runtime, comparing outputs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+FLOAT32_ATOL = 1e-4
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """A CPU session with every graph optimisation disabled, so ORT's fusions cannot hide bugs."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def random_inputs(model: onnx.ModelProto, dims: dict | None = None, seed: int = 0,
+                  int_high: int = 16) -> dict[str, np.ndarray]:
+    """Inputs for every graph input: symbolic dims from `dims` (default 2), floats ~ N(0, 2) + 1,
+    integer masks all ones, other integers uniform in [0, int_high)."""
+    rng = np.random.default_rng(seed)
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    feeds = {}
+    for info in model.graph.input:
+        if info.name in initializers:
+            continue
+        tensor_type = info.type.tensor_type
+        shape = [
+            dim.dim_value if dim.HasField("dim_value") else (dims or {}).get(dim.dim_param, 2)
+            for dim in tensor_type.shape.dim
+        ]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds[info.name] = (rng.normal(1.0, 2.0, shape)).astype(dtype)
+        elif "mask" in info.name:
+            feeds[info.name] = np.ones(shape, dtype)
+        else:
+            feeds[info.name] = rng.integers(0, int_high, shape).astype(dtype)
+    return feeds
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Every output of `model` on `feeds`, with ORT at ORT_DISABLE_ALL."""
+    return session(model).run(None, feeds)
+
+
+def max_abs_diff(a: onnx.ModelProto, b: onnx.ModelProto, feeds: dict) -> float:
+    """The largest absolute difference over all outputs of two models on the same inputs."""
+    diffs = [
+        float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+        for x, y in zip(run(a, feeds), run(b, feeds), strict=True)
+    ]
+    return max(diffs)
+
+
+def op_types(model: onnx.ModelProto) -> list[str]:
+    """The op types of the model's nodes, in order."""
+    return [node.op_type for node in model.graph.node]
+
+
+def op_counts(model: onnx.ModelProto) -> Counter:
+    """How many nodes of each op type the model has."""
+    return Counter(op_types(model))
+
+
+def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A float64 copy of a float16/float32 builder model (initializers, I/O types, Casts)."""
+    low = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    for index, tensor in enumerate(graph.initializer):
+        if tensor.data_type in low:
+            array = onnx.numpy_helper.to_array(tensor).astype(np.float64)
+            graph.initializer[index].CopyFrom(onnx.numpy_helper.from_array(array, tensor.name))
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        if info.type.tensor_type.elem_type in low:
+            info.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    for node in graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "Cast" and attribute.name == "to" and attribute.i in low:
+                attribute.i = onnx.TensorProto.DOUBLE
+            if attribute.HasField("t") and attribute.t.data_type in low:
+                array = onnx.numpy_helper.to_array(attribute.t).astype(np.float64)
+                attribute.t.CopyFrom(onnx.numpy_helper.from_array(array, attribute.t.name))
+    return copy

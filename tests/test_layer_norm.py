@@ -1,0 +1,135 @@
+"""The layer-norm pass: every spelling that is layer norm fuses with identical numerics; every
+graph that is something else is left unchanged with a stated reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import FLOAT32_ATOL, as_float64, max_abs_diff, op_types, random_inputs, run
+
+import normfuse
+from models.builders import NEGATIVES, POSITIVES, LayerNormSpec, layer_norm_model
+
+LAYERS = 2
+EXPECTED_OPS = ["LayerNormalization", "MatMul", "Add"] * LAYERS
+
+
+def assert_fused(original: onnx.ModelProto, opset_after: int = 17) -> normfuse.OptimizeResult:
+    """Optimise `original` and check everything a positive must satisfy."""
+    result = normfuse.optimize(original)
+    fused = result.model
+    assert op_types(fused) == EXPECTED_OPS
+    assert len(result.report.sites) == LAYERS
+    assert result.report.near_misses == []
+    assert [o.name for o in fused.graph.output] == [o.name for o in original.graph.output]
+    assert list(fused.graph.input) == list(original.graph.input)
+    assert normfuse.targets.default_opset(fused) == opset_after
+    onnx.checker.check_model(fused, full_check=True)
+    feeds = random_inputs(original, {"batch": 3}, seed=1)
+    assert max_abs_diff(original, fused, feeds) <= FLOAT32_ATOL
+    return result
+
+
+def assert_unchanged(original: onnx.ModelProto, reason: str) -> None:
+    """Optimise `original` and check that nothing changed and the reason was given."""
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert reason in [miss.reason for miss in result.report.near_misses]
+
+
+@pytest.mark.parametrize("name", sorted(POSITIVES))
+def test_fuses_variant(name: str) -> None:
+    assert_fused(layer_norm_model(POSITIVES[name], layers=LAYERS))
+
+
+@pytest.mark.parametrize("opset", [13, 14, 16])
+def test_fuses_below_opset_17_by_raising_the_opset(opset: int) -> None:
+    result = assert_fused(layer_norm_model(LayerNormSpec(), opset=opset, layers=LAYERS))
+    assert result.report.opset_before == opset
+    assert not result.report.ort_only
+
+
+@pytest.mark.parametrize("name", ["torchscript", "last_two_axes", "population_sum_over_d"])
+def test_fuses_opset_18_axes_input(name: str) -> None:
+    model = layer_norm_model(POSITIVES[name], opset=18, layers=LAYERS)
+    assert any(len(node.input) == 2 for node in model.graph.node if node.op_type == "ReduceMean")
+    assert_fused(model, opset_after=18)
+
+
+def test_fuses_float16_at_least_as_accurately() -> None:
+    original = layer_norm_model(LayerNormSpec(epsilon_form="value_float"), dtype=np.float16,
+                                layers=LAYERS)
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == EXPECTED_OPS
+    feeds = random_inputs(original, {"batch": 3}, seed=2)
+    reference = run(as_float64(original), {k: v.astype(np.float64) for k, v in feeds.items()})[0]
+    original_error = np.max(np.abs(run(original, feeds)[0] - reference))
+    fused_error = np.max(np.abs(run(result.model, feeds)[0] - reference))
+    assert fused_error <= max(original_error * 1.5, 1e-2)
+
+
+@pytest.mark.parametrize("name", sorted(NEGATIVES))
+def test_rejects_condition(name: str) -> None:
+    spec, reason = NEGATIVES[name]
+    assert_unchanged(layer_norm_model(spec, layers=1), reason)
+
+
+@pytest.mark.parametrize("node", ["Sqrt", "Sub", "ReduceMean"])
+def test_rejects_intermediate_used_elsewhere(node: str) -> None:
+    assert_unchanged(layer_norm_model(LayerNormSpec(), expose=node), "intermediate-used-elsewhere")
+
+
+def test_fuses_core_when_only_the_normed_tensor_escapes() -> None:
+    """If `normed` also feeds a graph output, the norm without scale and bias still fuses."""
+    original = layer_norm_model(LayerNormSpec(divide="div"), expose="Div")
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == ["LayerNormalization", "Mul", "Add", "MatMul", "Add"]
+    feeds = random_inputs(original, seed=3)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_target_onnx_below_opset_17_reports_opset_too_low() -> None:
+    original = layer_norm_model(LayerNormSpec(), opset=16)
+    result = normfuse.optimize(original, target="onnx")
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert {miss.reason for miss in result.report.near_misses} == {"opset-too-low"}
+
+
+def test_target_ort_emits_ort_only_layer_norm_where_opset_cannot_be_raised() -> None:
+    original = layer_norm_model(LayerNormSpec(), opset=12, layers=LAYERS)
+    result = normfuse.optimize(original)
+    assert result.report.ort_only
+    assert op_types(result.model) == EXPECTED_OPS
+    assert normfuse.targets.default_opset(result.model) == 12
+    feeds = random_inputs(original, seed=4)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_optimizing_twice_gives_identical_bytes() -> None:
+    once = normfuse.optimize(layer_norm_model(LayerNormSpec(), opset=14, layers=LAYERS)).model
+    twice = normfuse.optimize(once).model
+    assert twice.SerializeToString() == once.SerializeToString()
+
+
+def test_keeps_model_metadata_and_doc_strings() -> None:
+    original = layer_norm_model(LayerNormSpec(), layers=LAYERS)
+    fused = normfuse.optimize(original).model
+    assert fused.doc_string == original.doc_string
+    assert list(fused.metadata_props) == list(original.metadata_props)
+    assert fused.producer_name == original.producer_name
+    assert fused.graph.name == original.graph.name
+
+
+def test_passes_option_can_disable_layer_norm() -> None:
+    original = layer_norm_model(LayerNormSpec())
+    result = normfuse.optimize(original, passes=[])
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+
+
+def test_unknown_pass_is_a_clear_error() -> None:
+    with pytest.raises(normfuse.NormfuseError, match="unknown pass"):
+        normfuse.optimize(layer_norm_model(LayerNormSpec()), passes="layer-nrom")
