@@ -51,7 +51,9 @@ class GraphBuilder:
 
     def op(self, op_type: str, inputs: list[str], **attrs) -> str:
         output = self.fresh(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [output], name=f"{op_type}_{self.count}", **attrs))
+        self.nodes.append(
+            helper.make_node(op_type, inputs, [output], name=f"{op_type}_{self.count}", **attrs)
+        )
         return output
 
     def const(self, value, stem: str = "const", dtype=None) -> str:
@@ -62,7 +64,7 @@ class GraphBuilder:
 
     def reduce(self, op_type: str, x: str, axes: tuple[int, ...], keepdims: int = 1) -> str:
         """ReduceMean/ReduceSum with axes as attribute or input, as the opset requires."""
-        axes_in_input = op_type == "ReduceSum" and self.opset >= 13 or self.opset >= 18
+        axes_in_input = (op_type == "ReduceSum" and self.opset >= 13) or self.opset >= 18
         if axes_in_input:
             axes_name = self.const(np.array(axes, dtype=np.int64), "axes", dtype=np.int64)
             return self.op(op_type, [x, axes_name], keepdims=keepdims)
@@ -165,8 +167,11 @@ def layer_norm_model(
     if exposed:
         outputs.append(helper.make_tensor_value_info(exposed, elem, [None] * len(shape)))
     graph = helper.make_graph(
-        b.nodes, "layer_norm_test", [helper.make_tensor_value_info("x", elem, list(shape))],
-        outputs, b.initializers,
+        b.nodes,
+        "layer_norm_test",
+        [helper.make_tensor_value_info("x", elem, list(shape))],
+        outputs,
+        b.initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8 if opset < 18 else 9

@@ -29,8 +29,12 @@ SEQUENCE = 16
 
 def bert() -> tuple[torch.nn.Module, dict]:
     config = transformers.BertConfig(
-        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=128, max_position_embeddings=64,
+        vocab_size=512,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
     )
     return transformers.BertModel(config).eval(), {
         "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
@@ -40,7 +44,12 @@ def bert() -> tuple[torch.nn.Module, dict]:
 
 def gpt2() -> tuple[torch.nn.Module, dict]:
     config = transformers.GPT2Config(
-        vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=64, use_cache=False,
+        vocab_size=512,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        use_cache=False,
     )
     # attention_mask and position_ids given explicitly: without them transformers' packed-sequence
     # detection uses aten::diff, which the TorchScript exporter cannot export.
@@ -63,7 +72,7 @@ class _FirstOutput(torch.nn.Module):
         self.names = names
 
     def forward(self, *args):
-        return self.model(**dict(zip(self.names, args)), return_dict=False)[0]
+        return self.model(**dict(zip(self.names, args, strict=True)), return_dict=False)[0]
 
 
 def randomise_layer_norms(model: torch.nn.Module) -> None:
@@ -84,20 +93,30 @@ def export(name: str, opset: int) -> dict:
     expected = sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
     path = OUT_DIR / f"{name}_opset{opset}.onnx"
     entry = {
-        "file": str(path.relative_to(HERE)), "architecture": name, "exporter": "torchscript",
-        "opset": opset, "dtype": "float32", "layer_norm_sites": expected, "rms_norm_sites": 0,
+        "file": str(path.relative_to(HERE)),
+        "architecture": name,
+        "exporter": "torchscript",
+        "opset": opset,
+        "dtype": "float32",
+        "layer_norm_sites": expected,
+        "rms_norm_sites": 0,
         "inputs": {key: list(value.shape) for key, value in inputs.items()},
         "int_input_high": SEQUENCE,
     }
     try:
         torch.onnx.export(
-            _FirstOutput(model, list(inputs)), tuple(inputs.values()), str(path), dynamo=False,
-            opset_version=opset, input_names=list(inputs), output_names=["last_hidden_state"],
+            _FirstOutput(model, list(inputs)),
+            tuple(inputs.values()),
+            str(path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=list(inputs),
+            output_names=["last_hidden_state"],
             dynamic_axes={key: {0: "batch", 1: "sequence"} for key in inputs}
             | {"last_hidden_state": {0: "batch", 1: "sequence"}},
             do_constant_folding=True,
         )
-    except Exception as error:  # noqa: BLE001 - recorded in the manifest, not dropped
+    except Exception as error:
         traceback.print_exc()
         entry["export_error"] = f"{type(error).__name__}: {error}"
     return entry

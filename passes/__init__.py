@@ -16,5 +16,7 @@ def select(names: str | list[str] | tuple[str, ...] | None):
         names = [name.strip() for name in names.split(",") if name.strip()]
     unknown = sorted(set(names) - set(PASS_NAMES))
     if unknown:
-        raise ValueError(f"unknown pass {', '.join(unknown)}; known passes: {', '.join(PASS_NAMES)}")
+        raise ValueError(
+            f"unknown pass {', '.join(unknown)}; known passes: {', '.join(PASS_NAMES)}"
+        )
     return tuple(fusion_pass for fusion_pass in ALL_PASSES if fusion_pass.name in names)

@@ -39,22 +39,37 @@ _square = AnyOf(
 _variance = AnyOf(
     Op("ReduceMean", _square, name="variance", extra_inputs=True),
     # Near-misses unless the divisor is d: sum / n, and mean * correction.
-    Op("Div", Op("ReduceSum", _square, name="sum_of_squares", extra_inputs=True),
-       Const("divisor"), name="variance"),
-    Op("Mul", Op("ReduceMean", _square, name="mean_of_squares", extra_inputs=True),
-       Const("correction"), name="variance"),
+    Op(
+        "Div",
+        Op("ReduceSum", _square, name="sum_of_squares", extra_inputs=True),
+        Const("divisor"),
+        name="variance",
+    ),
+    Op(
+        "Mul",
+        Op("ReduceMean", _square, name="mean_of_squares", extra_inputs=True),
+        Const("correction"),
+        name="variance",
+    ),
 )
 _shifted = Op("Add", _variance, Const("epsilon"), name="shifted")
 _std = Op("Sqrt", _shifted, name="std")
 _normed = AnyOf(
     Op("Div", _centered, _std, name="normed"),
     Op("Mul", _centered, Op("Reciprocal", _std, name="inv_std"), name="normed"),
-    Op("Mul", _centered, Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
-       name="normed"),
+    Op(
+        "Mul",
+        _centered,
+        Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
+        name="normed",
+    ),
     # Near-miss: epsilon added after the square root.
-    Op("Div", _centered,
-       Op("Add", Op("Sqrt", _variance, name="std"), Const("epsilon"), name="std_plus_epsilon"),
-       name="normed"),
+    Op(
+        "Div",
+        _centered,
+        Op("Add", Op("Sqrt", _variance, name="std"), Const("epsilon"), name="std_plus_epsilon"),
+        name="normed",
+    ),
 )
 _scaled = Op("Mul", _normed, Const("scale"), name="scaled")
 
@@ -98,7 +113,7 @@ class LayerNormPass:
         if isinstance(axes_or_miss, NearMiss):
             return axes_or_miss
         axes = axes_or_miss
-        normalised_shape = shape[len(shape) + axes[0]:]
+        normalised_shape = shape[len(shape) + axes[0] :]
         if not all(isinstance(dim, int) for dim in normalised_shape):
             return miss("unknown-shape", f"normalised dims {normalised_shape} are not all static")
         count = int(np.prod(normalised_shape))
@@ -113,7 +128,8 @@ def _reduction_axes(match: Match, context: Context, rank: int, miss) -> tuple[in
     """The shared trailing axes of the mean and the variance, or the reason they are not."""
     mean_node = match.node("mean")
     variance_node = next(
-        match.node(name) for name in ("sum_of_squares", "mean_of_squares", "variance")
+        match.node(name)
+        for name in ("sum_of_squares", "mean_of_squares", "variance")
         if name in match and match.node(name).op in ("ReduceMean", "ReduceSum")
     )
     for node in (mean_node, variance_node):
@@ -126,7 +142,9 @@ def _reduction_axes(match: Match, context: Context, rank: int, miss) -> tuple[in
     if mean_axes != variance_axes:
         return miss("mismatched-axes", f"mean over {mean_axes}, variance over {variance_axes}")
     if -rank in mean_axes:
-        return miss("batch-axis", f"axes {mean_axes} of a rank-{rank} tensor include the first axis")
+        return miss(
+            "batch-axis", f"axes {mean_axes} of a rank-{rank} tensor include the first axis"
+        )
     if mean_axes != tuple(range(-len(mean_axes), 0)):
         return miss("non-trailing-axes", f"axes {mean_axes} are not the trailing axes")
     return mean_axes
@@ -167,18 +185,31 @@ def _site_or_miss(
         shaped = None if value is None else affine_parameter(value, normalised_shape, rank)
         if shaped is None:
             shape = None if value is None else value.shape
-            return miss(f"{'gamma' if name == 'scale' else 'beta'}-shape",
-                        f"{name} of shape {shape} does not broadcast along the normalised axes only")
+            return miss(
+                f"{'gamma' if name == 'scale' else 'beta'}-shape",
+                f"{name} of shape {shape} does not broadcast along the normalised axes only",
+            )
         params[name] = shaped.astype(dtype)
     emission = context.layer_norm
     if emission is None:
         return miss("opset-too-low", "LayerNormalization needs opset 17 for --target onnx")
     fused = FusedNode(
-        emission.op, emission.domain, {"axis": axis, "epsilon": epsilon, "stash_type": 1},
+        emission.op,
+        emission.domain,
+        {"axis": axis, "epsilon": epsilon, "stash_type": 1},
         (match["x"], params["scale"], params["bias"]),
     )
-    return Site(KIND, emission.op, emission.domain, axis, epsilon, match["x"].name,
-                match.root.name, tuple(node.name for node in match.nodes), fused)
+    return Site(
+        KIND,
+        emission.op,
+        emission.domain,
+        axis,
+        epsilon,
+        match["x"].name,
+        match.root.name,
+        tuple(node.name for node in match.nodes),
+        fused,
+    )
 
 
 def affine_parameter(value: np.ndarray, normalised_shape, input_rank: int) -> np.ndarray | None:
@@ -188,9 +219,11 @@ def affine_parameter(value: np.ndarray, normalised_shape, input_rank: int) -> np
     input (the product would then broadcast to a larger shape than the input's).
     """
     count = len(normalised_shape)
-    if value.ndim > input_rank or any(dim != 1 for dim in value.shape[: max(value.ndim - count, 0)]):
+    if value.ndim > input_rank or any(
+        dim != 1 for dim in value.shape[: max(value.ndim - count, 0)]
+    ):
         return None
     trailing = (1,) * max(count - value.ndim, 0) + tuple(value.shape[-count:] if value.ndim else ())
-    if any(dim not in (1, full) for dim, full in zip(trailing, normalised_shape)):
+    if any(dim not in (1, full) for dim, full in zip(trailing, normalised_shape, strict=True)):
         return None
     return np.broadcast_to(value.reshape(trailing), normalised_shape).copy()

@@ -20,8 +20,9 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     )
 
 
-def random_inputs(model: onnx.ModelProto, dims: dict | None = None, seed: int = 0,
-                  int_high: int = 16) -> dict[str, np.ndarray]:
+def random_inputs(
+    model: onnx.ModelProto, dims: dict | None = None, seed: int = 0, int_high: int = 16
+) -> dict[str, np.ndarray]:
     """Inputs for every graph input: symbolic dims from `dims` (default 2), floats ~ N(0, 2) + 1,
     integer masks all ones, other integers uniform in [0, int_high)."""
     rng = np.random.default_rng(seed)

@@ -34,12 +34,29 @@ def test_optimize_writes_model_and_report(tmp_path: Path, capsys) -> None:
     assert digest(BERT) == before
     assert op_counts(onnx.load(out))["LayerNormalization"] == 5
     data = json.loads(report.read_text())
-    assert {"normfuse_version", "input", "output", "target", "sites", "near_misses", "counts"} <= set(data)
+    assert {
+        "normfuse_version",
+        "input",
+        "output",
+        "target",
+        "sites",
+        "near_misses",
+        "counts",
+    } <= set(data)
     assert data["counts"]["layer-norm"] == 5
     assert data["counts"]["nodes_after"] == len(onnx.load(out).graph.node)
     assert data["counts"]["nodes_after"] < data["counts"]["nodes_before"]
     site = data["sites"][0]
-    assert set(site) == {"kind", "op", "domain", "axis", "epsilon", "input", "output", "removed_nodes"}
+    assert set(site) == {
+        "kind",
+        "op",
+        "domain",
+        "axis",
+        "epsilon",
+        "input",
+        "output",
+        "removed_nodes",
+    }
     assert site["op"] == "LayerNormalization" and site["axis"] == -1
     printed = capsys.readouterr().out
     assert "layer-norm" in printed and "nodes:" in printed
@@ -49,7 +66,9 @@ def test_python_dash_m_is_the_same_program(tmp_path: Path) -> None:
     out = tmp_path / "fused.onnx"
     done = subprocess.run(
         [sys.executable, "-m", "normfuse", "optimize", str(BERT), "-o", str(out)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert op_counts(onnx.load(out))["LayerNormalization"] == 5
@@ -97,7 +116,9 @@ def bad_inputs(tmp_path: Path) -> dict[str, Path]:
         "empty": b"",
         "random_bytes": bytes(range(256)) * 8,
         "truncated": valid[: len(valid) // 2],
-        "not_a_model": onnx.helper.make_tensor("t", onnx.TensorProto.FLOAT, [1], [1.0]).SerializeToString(),
+        "not_a_model": onnx.helper.make_tensor(
+            "t", onnx.TensorProto.FLOAT, [1], [1.0]
+        ).SerializeToString(),
     }
     paths = {name: tmp_path / f"{name}.onnx" for name in files}
     for name, payload in files.items():
@@ -107,15 +128,18 @@ def bad_inputs(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("case", ["empty", "random_bytes", "truncated", "not_a_model", "missing",
-                                  "directory"])
+@pytest.mark.parametrize(
+    "case", ["empty", "random_bytes", "truncated", "not_a_model", "missing", "directory"]
+)
 def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
     source = bad_inputs(tmp_path)[case]
     out = tmp_path / "out" / "fused.onnx"
     out.parent.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "normfuse", "optimize", str(source), "-o", str(out)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr

@@ -59,8 +59,9 @@ def test_fuses_opset_18_axes_input(name: str) -> None:
 
 
 def test_fuses_float16_at_least_as_accurately() -> None:
-    original = layer_norm_model(LayerNormSpec(epsilon_form="value_float"), dtype=np.float16,
-                                layers=LAYERS)
+    original = layer_norm_model(
+        LayerNormSpec(epsilon_form="value_float"), dtype=np.float16, layers=LAYERS
+    )
     result = normfuse.optimize(original)
     assert op_types(result.model) == EXPECTED_OPS
     feeds = random_inputs(original, {"batch": 3}, seed=2)

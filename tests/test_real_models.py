@@ -33,13 +33,17 @@ def test_fuses_every_layer_norm_of_real_export(entry: dict) -> None:
     removed = op_counts(original) - op_counts(result.model)
     assert set(removed) <= {"ReduceMean", "Sub", "Pow", "Add", "Sqrt", "Div", "Mul", "Constant"}
     # Every norm has a scale and a bias: each fused node absorbed one Mul and two Adds.
-    assert (removed["ReduceMean"], removed["Mul"], removed["Add"]) == (2 * expected, expected,
-                                                                        2 * expected)
+    assert (removed["ReduceMean"], removed["Mul"], removed["Add"]) == (
+        2 * expected,
+        expected,
+        2 * expected,
+    )
     assert result.report.near_misses == []
     onnx.checker.check_model(result.model, full_check=True)
     sequence = entry["inputs"]["input_ids"][1]
-    feeds = random_inputs(original, {"batch": 1, "sequence": sequence}, seed=5,
-                          int_high=entry["int_input_high"])
+    feeds = random_inputs(
+        original, {"batch": 1, "sequence": sequence}, seed=5, int_high=entry["int_input_high"]
+    )
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
 
 

@@ -26,7 +26,15 @@ try:
 except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
-__all__ = ["NormfuseError", "OptimizeResult", "Report", "__version__", "inspect", "optimize", "save"]
+__all__ = [
+    "NormfuseError",
+    "OptimizeResult",
+    "Report",
+    "__version__",
+    "inspect",
+    "optimize",
+    "save",
+]
 
 ModelLike = onnx.ModelProto | str | os.PathLike
 
@@ -41,7 +49,9 @@ class OptimizeResult:
 
 
 def optimize(
-    model: ModelLike, target: str = "ort", passes: str | list[str] | None = None,
+    model: ModelLike,
+    target: str = "ort",
+    passes: str | list[str] | None = None,
     base_dir: str | os.PathLike | None = None,
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
@@ -73,22 +83,37 @@ def optimize(
     if result.sites and not ort_only and _passes_checker(original, full=False):
         _check(optimised, full=chosen_target is Target.ONNX)
     report = Report(
-        __version__, _name(model), None, chosen_target.value, result.sites, result.near_misses,
-        nodes_before, len(optimised.graph.node), opset_before, targets.default_opset(optimised),
+        __version__,
+        _name(model),
+        None,
+        chosen_target.value,
+        result.sites,
+        result.near_misses,
+        nodes_before,
+        len(optimised.graph.node),
+        opset_before,
+        targets.default_opset(optimised),
         ort_only,
     )
     return OptimizeResult(optimised, report, loaded.base_dir)
 
 
-def inspect(model: ModelLike, target: str = "ort", passes: str | list[str] | None = None,
-            base_dir: str | os.PathLike | None = None) -> Report:
+def inspect(
+    model: ModelLike,
+    target: str = "ort",
+    passes: str | list[str] | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> Report:
     """Report what `optimize` would fuse and every near-miss, changing nothing."""
     return optimize(model, target, passes, base_dir).report
 
 
-def save(model: OptimizeResult | onnx.ModelProto, path: str | os.PathLike,
-         base_dir: str | os.PathLike | None = None) -> None:
-    """Write a model (or an `OptimizeResult`'s model) to `path` atomically, external data beside it."""
+def save(
+    model: OptimizeResult | onnx.ModelProto,
+    path: str | os.PathLike,
+    base_dir: str | os.PathLike | None = None,
+) -> None:
+    """Write a model (or an `OptimizeResult`'s model) to `path` atomically."""
     if isinstance(model, OptimizeResult):
         model, base_dir = model.model, base_dir or model.base_dir
     model_io.save(model, path, base_dir)
@@ -107,7 +132,7 @@ def _name(model: ModelLike) -> str | None:
 def _import_graph(model: onnx.ModelProto) -> gs.Graph:
     try:
         return gs.import_onnx(model)
-    except Exception as error:  # noqa: BLE001 - any import failure means an unusable model
+    except Exception as error:
         raise NormfuseError(f"cannot read the model's graph: {error}") from None
 
 

@@ -26,22 +26,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("model", type=Path, help="the ONNX model to read")
-        sub.add_argument("--target", choices=["ort", "onnx"], default="ort",
-                         help="ort: ONNX Runtime operators allowed (default); onnx: standard only")
-        sub.add_argument("--passes", default=None,
-                         help=f"comma-separated passes to run (default: all of {','.join(PASS_NAMES)})")
+        sub.add_argument(
+            "--target",
+            choices=["ort", "onnx"],
+            default="ort",
+            help="ort: ONNX Runtime operators allowed (default); onnx: standard only",
+        )
+        sub.add_argument(
+            "--passes",
+            default=None,
+            help=f"comma-separated passes to run (default: all of {','.join(PASS_NAMES)})",
+        )
 
-    optimize = commands.add_parser("optimize", help="fuse normalisation subgraphs, write a new model")
+    optimize = commands.add_parser(
+        "optimize", help="fuse normalisation subgraphs, write a new model"
+    )
     common(optimize)
     optimize.add_argument("-o", "--output", type=Path, help="where to write the optimised model")
     optimize.add_argument("--in-place", action="store_true", help="replace MODEL itself")
     optimize.add_argument("--report", type=Path, help="write the JSON report to this file")
 
-    inspect = commands.add_parser("inspect", help="list fusable sites and near-misses; write nothing")
+    inspect = commands.add_parser(
+        "inspect", help="list fusable sites and near-misses; write nothing"
+    )
     common(inspect)
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
-    inspect.add_argument("--check", action="store_true",
-                         help="exit 1 if any fusable site is left unfused in MODEL")
+    inspect.add_argument(
+        "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
+    )
     return parser
 
 
@@ -94,7 +106,9 @@ def _inspect(args: argparse.Namespace) -> int:
     else:
         print(report.table())
     if args.check and report.sites:
-        print(f"normfuse: check failed: {len(report.sites)} fusable site(s) left unfused",
-              file=sys.stderr)
+        print(
+            f"normfuse: check failed: {len(report.sites)} fusable site(s) left unfused",
+            file=sys.stderr,
+        )
         return EXIT_CHECK_FAILED
     return EXIT_OK

@@ -148,7 +148,9 @@ def _match_const(
         yield bound
 
 
-def _match_op(pattern: Op, tensor: gs.Tensor, state: _State, reader: ConstantReader) -> Iterator[_State]:
+def _match_op(
+    pattern: Op, tensor: gs.Tensor, state: _State, reader: ConstantReader
+) -> Iterator[_State]:
     node = producer(tensor)
     if node is None or node.op != pattern.op or node.domain not in DEFAULT_DOMAINS:
         return
@@ -196,7 +198,9 @@ def equivalent(a: gs.Tensor, b: gs.Tensor, depth: int = 16) -> bool:
         return False
     if len(node_b.outputs) != 1 or not _same_attrs(node_a.attrs, node_b.attrs):
         return False
-    return all(equivalent(x, y, depth - 1) for x, y in zip(node_a.inputs, node_b.inputs))
+    return all(
+        equivalent(x, y, depth - 1) for x, y in zip(node_a.inputs, node_b.inputs, strict=True)
+    )
 
 
 def _same_attrs(a: dict, b: dict) -> bool:

@@ -52,8 +52,13 @@ class Site:
     def as_dict(self) -> dict:
         """The JSON form of DESIGN.md's report."""
         return {
-            "kind": self.kind, "op": self.op, "domain": self.domain, "axis": self.axis,
-            "epsilon": self.epsilon, "input": self.input, "output": self.output,
+            "kind": self.kind,
+            "op": self.op,
+            "domain": self.domain,
+            "axis": self.axis,
+            "epsilon": self.epsilon,
+            "input": self.input,
+            "output": self.output,
             "removed_nodes": list(self.removed_nodes),
         }
 
@@ -191,7 +196,9 @@ def _escaping_intermediate(found: Match, kind: str, graph_outputs: set[str]) -> 
             if outside or tensor.name in graph_outputs:
                 users = ", ".join(user.name for user in outside) or "a graph output"
                 return NearMiss(
-                    kind, node.name, INTERMEDIATE_USED_ELSEWHERE,
+                    kind,
+                    node.name,
+                    INTERMEDIATE_USED_ELSEWHERE,
                     f"{tensor.name!r} (from {node.op} {node.name!r}) is also used by {users}",
                 )
     return None
@@ -239,7 +246,14 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
         output = tensors[site.output]
         output.inputs.clear()
         graph.nodes.append(
-            gs.Node(site.fused.op, name, dict(site.fused.attrs), inputs, [output], domain=site.fused.domain)
+            gs.Node(
+                site.fused.op,
+                name,
+                dict(site.fused.attrs),
+                inputs,
+                [output],
+                domain=site.fused.domain,
+            )
         )
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
 

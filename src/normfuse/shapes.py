@@ -15,7 +15,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     """
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:  # noqa: BLE001 - inference is a best effort; declared types still apply
+    except Exception:
         inferred = model
     graph = inferred.graph
     types: dict[str, TensorType] = {}

@@ -25,11 +25,29 @@ LOWEST_RAISABLE_OPSET = 13
 _MEANING_PRESERVING_VERSIONS: dict[str, frozenset[int]] = {
     name: frozenset(versions)
     for name, versions in {
-        "Add": {14}, "Sub": {14}, "Mul": {14}, "Div": {14}, "Relu": {14}, "CumSum": {14},
-        "Reshape": {14}, "GRU": {14}, "LSTM": {14}, "RNN": {14}, "Identity": {14, 16},
-        "BatchNormalization": {14, 15}, "Pow": {15}, "Shape": {15},
-        "GreaterOrEqual": {16}, "LessOrEqual": {16}, "If": {16}, "Loop": {16}, "Scan": {16},
-        "LeakyRelu": {16}, "PRelu": {16}, "ScatterElements": {16}, "ScatterND": {16},
+        "Add": {14},
+        "Sub": {14},
+        "Mul": {14},
+        "Div": {14},
+        "Relu": {14},
+        "CumSum": {14},
+        "Reshape": {14},
+        "GRU": {14},
+        "LSTM": {14},
+        "RNN": {14},
+        "Identity": {14, 16},
+        "BatchNormalization": {14, 15},
+        "Pow": {15},
+        "Shape": {15},
+        "GreaterOrEqual": {16},
+        "LessOrEqual": {16},
+        "If": {16},
+        "Loop": {16},
+        "Scan": {16},
+        "LeakyRelu": {16},
+        "PRelu": {16},
+        "ScatterElements": {16},
+        "ScatterND": {16},
         "Where": {16},
     }.items()
 }
@@ -44,7 +62,7 @@ class Target(str, Enum):
 
 @dataclass(frozen=True)
 class Emission:
-    """How to emit a fused op: its type, domain, the opset the model must import, ORT-only or not."""
+    """How to emit a fused op: type, domain, the opset the model must import, ORT-only or not."""
 
     op: str
     domain: str

@@ -1,0 +1,53 @@
+"""The Python API as the README shows it, and the package as installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import onnx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"<!-- api-example -->\s*```python\n(.*?)```", text, re.S)
+    assert found, "README has no API example"
+    return found.group(1)
+
+
+def test_readme_api_example_runs(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in ("models",):
+        (tmp_path / folder).symlink_to(ROOT / folder)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(readme_example(), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("5 sites fused")
+    assert json.loads(printed[printed.index("{") :])["counts"]["layer-norm"] == 5
+    assert [n.op_type for n in onnx.load("gpt2_fused.onnx").graph.node].count(
+        "LayerNormalization"
+    ) == 5
+
+
+def test_passes_are_installed_as_normfuse_passes() -> None:
+    import normfuse.passes
+
+    assert normfuse.passes.PASS_NAMES == ("layer-norm",)
+    assert Path(normfuse.passes.__file__).parent.name in ("passes",)
+    assert os.path.basename(os.path.dirname(normfuse.__file__)) == "normfuse"
+
+
+def test_targets_block_raising_the_opset_when_an_operator_changes_meaning() -> None:
+    from models.builders import LayerNormSpec, layer_norm_model
+    from normfuse.targets import can_raise_opset
+
+    model = layer_norm_model(LayerNormSpec(), opset=14)
+    assert can_raise_opset(model, 17)
+    model.graph.node.append(
+        onnx.helper.make_node("RoiAlign", ["x", "rois", "index"], ["pooled"], name="roi")
+    )
+    assert not can_raise_opset(model, 17)

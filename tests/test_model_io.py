@@ -1,0 +1,114 @@
+"""Model I/O: external data stays on disk on load, is written beside the output on save, unsafe
+locations are refused, and inputs are never modified."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+from helpers import FLOAT32_ATOL, max_abs_diff, op_counts, random_inputs
+from onnx.external_data_helper import uses_external_data
+
+import normfuse
+from models.builders import LayerNormSpec, layer_norm_model
+from normfuse import model_io
+
+
+def save_external(folder: Path, name: str = "m.onnx") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    onnx.save(
+        layer_norm_model(LayerNormSpec(), layers=2),
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    return path
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+
+def test_load_leaves_external_weights_on_disk(tmp_path: Path) -> None:
+    loaded = model_io.load(save_external(tmp_path))
+    tensors = list(model_io.external_tensors(loaded.model))
+    assert tensors and all(not tensor.raw_data for tensor in tensors)
+
+
+def test_external_data_is_written_beside_the_output(tmp_path: Path) -> None:
+    source = save_external(tmp_path / "in")
+    before = digests(source.parent)
+    out = tmp_path / "out" / "fused.onnx"
+    out.parent.mkdir()
+    result = normfuse.optimize(source)
+    normfuse.save(result, out)
+    assert digests(source.parent) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["fused.onnx", "fused.onnx.data"]
+    fused = onnx.load(out)
+    assert op_counts(fused)["LayerNormalization"] == 2
+    original = onnx.load(source)
+    assert max_abs_diff(original, fused, random_inputs(original, seed=6)) <= FLOAT32_ATOL
+
+
+def test_saved_model_keeps_large_weights_external(tmp_path: Path) -> None:
+    out = tmp_path / "fused.onnx"
+    normfuse.save(normfuse.optimize(save_external(tmp_path / "in")), out)
+    initializers = onnx.load(out, load_external_data=False).graph.initializer
+    weights = [t for t in initializers if t.name.startswith("weight")]
+    assert len(weights) == 2
+    assert all(uses_external_data(t) for t in weights)
+
+
+def set_location(path: Path, location: str) -> None:
+    model = onnx.load(path, load_external_data=False)
+    for tensor in model_io.external_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    onnx.save(model, path)
+
+
+@pytest.mark.parametrize("location", ["/etc/passwd", "../outside.bin", "sub/../../outside.bin"])
+def test_refuses_locations_outside_the_model_folder(tmp_path: Path, location: str) -> None:
+    path = save_external(tmp_path / "in")
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 100000)
+    set_location(path, location)
+    with pytest.raises(normfuse.NormfuseError, match="external data location"):
+        normfuse.optimize(path)
+
+
+def test_refuses_symlink_out_of_the_model_folder(tmp_path: Path) -> None:
+    path = save_external(tmp_path / "in")
+    secret = tmp_path / "secret.bin"
+    os.replace(path.parent / "weights.bin", secret)
+    (path.parent / "weights.bin").symlink_to(secret)
+    with pytest.raises(normfuse.NormfuseError, match="symbolic link"):
+        normfuse.optimize(path)
+
+
+def test_missing_and_short_external_data_are_clear_errors(tmp_path: Path) -> None:
+    path = save_external(tmp_path / "in")
+    weights = path.parent / "weights.bin"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(normfuse.NormfuseError, match="shorter than the declared data"):
+        normfuse.optimize(path)
+    weights.unlink()
+    with pytest.raises(normfuse.NormfuseError, match="is missing"):
+        normfuse.optimize(path)
+
+
+def test_failed_save_leaves_existing_output_and_no_temp_files(tmp_path: Path) -> None:
+    out = tmp_path / "fused.onnx"
+    out.write_bytes(b"previous")
+    result = normfuse.optimize(save_external(tmp_path / "in"))
+    (tmp_path / "in" / "weights.bin").unlink()
+    with pytest.raises(normfuse.NormfuseError):
+        normfuse.save(result, out)
+    assert out.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx", "in"]
