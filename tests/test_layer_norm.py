@@ -115,13 +115,22 @@ def test_optimizing_twice_gives_identical_bytes() -> None:
     assert twice.SerializeToString() == once.SerializeToString()
 
 
-def test_keeps_model_metadata_and_doc_strings() -> None:
+def test_keeps_model_metadata_doc_strings_and_value_info() -> None:
     original = layer_norm_model(LayerNormSpec(), layers=LAYERS)
+    kept = next(n.output[0] for n in original.graph.node if n.op_type == "MatMul")
+    removed = next(n.output[0] for n in original.graph.node if n.op_type == "Sqrt")
+    original.graph.value_info.extend(
+        [
+            onnx.helper.make_tensor_value_info(kept, onnx.TensorProto.FLOAT, ["batch", 7, 32]),
+            onnx.helper.make_tensor_value_info(removed, onnx.TensorProto.FLOAT, ["batch", 7, 1]),
+        ]
+    )
     fused = normfuse.optimize(original).model
     assert fused.doc_string == original.doc_string
     assert list(fused.metadata_props) == list(original.metadata_props)
     assert fused.producer_name == original.producer_name
     assert fused.graph.name == original.graph.name
+    assert list(fused.graph.value_info) == [original.graph.value_info[0]]
 
 
 def test_passes_option_can_disable_layer_norm() -> None:
