@@ -1,17 +1,19 @@
-"""Builders (onnx.helper) for decomposed layer-norm graphs: the positives normfuse must fuse and the
-negatives it must leave alone. Each option changes one thing about the canonical TorchScript
-export: ReduceMean -> Sub -> Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul -> Add.
+"""Builders (onnx.helper) for decomposed layer-norm and RMS-norm graphs: the positives normfuse must
+fuse and the negatives it must leave alone. Each option changes one thing about the canonical
+export: ReduceMean -> Sub -> Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul -> Add for layer norm,
+Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul for RMS norm.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 FLOAT_TYPES = {np.float32: onnx.TensorProto.FLOAT, np.float16: onnx.TensorProto.FLOAT16}
+FLOAT = onnx.TensorProto.FLOAT
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,26 @@ class LayerNormSpec:
     scale_shape: tuple[int, ...] | None = None  # None: the normalised shape
     shared_centered: bool = True  # False: x - mean computed twice
     keepdims: int = 1
+    casts: str = "none"  # none | around (Cast to float32 ... Cast back, then scale and bias)
+
+
+@dataclass(frozen=True)
+class RmsNormSpec:
+    """One way of writing RMS normalisation (or something close to it) in ONNX."""
+
+    axes: tuple[int, ...] = (-1,)
+    square: str = "pow"  # pow | mul | abs
+    divide: str = "div"  # div | reciprocal | pow_half
+    mean: str = "mean"  # mean | sum_over_d | sum
+    epsilon: float = 1e-6
+    epsilon_form: str = "initializer"
+    epsilon_outside_sqrt: bool = False
+    scale: str = "plain"  # plain | none | gemma (1 + w)
+    scale_first: bool = False
+    scale_shape: tuple[int, ...] | None = None
+    # none | llama: Cast(f32) -> norm -> Cast(back) -> Mul(scale) | scale_before_cast: the Mul
+    # in float32, then Cast(back) | t5: like llama with x cast to float32 twice
+    casts: str = "none"
 
 
 @dataclass
@@ -90,22 +112,31 @@ class GraphBuilder:
 
 def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, rng) -> str:
     """Append one decomposed layer norm of `x` (of `shape`) to `b`; returns the output name."""
-    mean = b.reduce("ReduceMean", x, spec.axes, spec.keepdims)
-    centered = b.op("Sub", [x, mean])
+    low = b.dtype != np.float32 and spec.casts == "around"
+    wide_dtype = np.float32 if low else None
+    x_in = b.op("Cast", [x], to=FLOAT) if low else x
+    mean = b.reduce("ReduceMean", x_in, spec.axes, spec.keepdims)
+    centered = b.op("Sub", [x_in, mean])
     variance_axes = spec.variance_axes or spec.axes
     if spec.square == "pow":
-        square = b.op("Pow", [centered, b.const(2.0, "two")])
+        square = b.op("Pow", [centered, b.const(2.0, "two", wide_dtype)])
     else:
         square = b.op("Mul", [centered, centered])
-    variance = _variance(b, square, shape, variance_axes, spec)
-    normed_input = centered if spec.shared_centered else b.op("Sub", [x, mean])
-    epsilon = b.epsilon(spec.epsilon, spec.epsilon_form)
+    variance = _variance(b, square, shape, variance_axes, spec, wide_dtype)
+    normed_input = centered if spec.shared_centered else b.op("Sub", [x_in, mean])
+    epsilon = (
+        b.const(spec.epsilon, "epsilon", wide_dtype)
+        if low
+        else b.epsilon(spec.epsilon, spec.epsilon_form)
+    )
     if spec.epsilon_outside_sqrt:
         std = b.op("Add", [b.op("Sqrt", [variance]), epsilon])
         normed = b.op("Div", [normed_input, std])
     else:
         shifted = b.op("Add", [variance, epsilon])
-        normed = _normalise(b, normed_input, shifted, spec.divide)
+        normed = _normalise(b, normed_input, shifted, spec.divide, wide_dtype)
+    if low:
+        normed = b.op("Cast", [normed], to=FLOAT_TYPES[b.dtype])
     first_axis = spec.axes[0] if spec.axes[0] < 0 else spec.axes[0] - len(shape)
     normalised_shape = tuple(shape[first_axis:])
     out = normed
@@ -118,25 +149,77 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
     return out
 
 
-def _variance(b: GraphBuilder, square: str, shape: tuple, axes, spec: LayerNormSpec) -> str:
+def _variance(b: GraphBuilder, square: str, shape: tuple, axes, spec: LayerNormSpec, dtype) -> str:
     if spec.variance == "mean":
         return b.reduce("ReduceMean", square, axes, spec.keepdims)
     count = int(np.prod([shape[a] for a in axes]))
     divisor = count if spec.variance == "sum_over_d" else count - 1
     total = b.reduce("ReduceSum", square, axes, spec.keepdims)
-    return b.op("Div", [total, b.const(float(divisor), "divisor")])
+    return b.op("Div", [total, b.const(float(divisor), "divisor", dtype)])
 
 
-def _normalise(b: GraphBuilder, centered: str, shifted: str, divide: str) -> str:
+def _normalise(b: GraphBuilder, centered: str, shifted: str, divide: str, dtype=None) -> str:
     if divide == "div":
         return b.op("Div", [centered, b.op("Sqrt", [shifted])])
     if divide == "reciprocal":
         return b.op("Mul", [centered, b.op("Reciprocal", [b.op("Sqrt", [shifted])])])
-    return b.op("Mul", [centered, b.op("Pow", [shifted, b.const(-0.5, "minus_half")])])
+    return b.op("Mul", [centered, b.op("Pow", [shifted, b.const(-0.5, "minus_half", dtype)])])
 
 
-def layer_norm_model(
-    spec: LayerNormSpec = LayerNormSpec(),
+def add_rms_norm(b: GraphBuilder, x: str, shape: tuple, spec: RmsNormSpec, rng) -> str:
+    """Append one decomposed RMS norm of `x` (of `shape`) to `b`; returns the output name."""
+    low = b.dtype != np.float32 and spec.casts != "none"
+    wide = b.op("Cast", [x], to=FLOAT) if low else x
+    if spec.square == "pow":
+        square = b.op("Pow", [wide, b.const(2.0, "two", np.float32 if low else None)])
+    elif spec.square == "mul":
+        square = b.op("Mul", [wide, wide])
+    else:
+        square = b.op("Abs", [wide])
+    wide_dtype = np.float32 if low else b.dtype
+    if spec.mean == "mean":
+        mean_square = b.reduce("ReduceMean", square, spec.axes)
+    else:
+        mean_square = b.reduce("ReduceSum", square, spec.axes)
+        if spec.mean == "sum_over_d":
+            count = float(np.prod(shape[len(shape) + spec.axes[0] :]))
+            mean_square = b.op("Div", [mean_square, b.const(count, "count", wide_dtype)])
+    epsilon = b.const(spec.epsilon, "epsilon", wide_dtype)
+    if spec.epsilon_outside_sqrt:
+        rms = b.op("Add", [b.op("Sqrt", [mean_square]), epsilon])
+        normed = b.op("Div", [wide, rms])
+    else:
+        shifted = b.op("Add", [mean_square, epsilon])
+        wide_again = b.op("Cast", [x], to=FLOAT) if spec.casts == "t5" and low else wide
+        normed = _normalise(b, wide_again, shifted, spec.divide, wide_dtype)
+    return _rms_scale(b, normed, shape, spec, rng, low)
+
+
+def _rms_scale(
+    b: GraphBuilder, normed: str, shape: tuple, spec: RmsNormSpec, rng, low: bool
+) -> str:
+    first_axis = spec.axes[0] if spec.axes[0] < 0 else spec.axes[0] - len(shape)
+    dims = spec.scale_shape or tuple(shape[first_axis:])
+    before = spec.casts == "scale_before_cast"
+    dtype = np.float32 if before else None
+    if low and not before:
+        normed = b.op("Cast", [normed], to=FLOAT_TYPES[b.dtype])
+    if spec.scale == "none":
+        out = normed
+    else:
+        if spec.scale == "gemma":
+            w = b.const(rng.normal(0, 0.3, dims), "w", dtype)
+            scale = b.op("Add", [w, b.const(1.0, "one", dtype)])
+        else:
+            scale = b.const(rng.uniform(0.5, 1.5, dims), "scale", dtype)
+        out = b.op("Mul", [scale, normed] if spec.scale_first else [normed, scale])
+    if low and before:
+        out = b.op("Cast", [out], to=FLOAT_TYPES[b.dtype])
+    return out
+
+
+def norm_model(
+    spec: LayerNormSpec | RmsNormSpec = LayerNormSpec(),
     shape: tuple = ("batch", 7, 32),
     opset: int = 17,
     dtype: type = np.float32,
@@ -144,20 +227,20 @@ def layer_norm_model(
     expose: str | None = None,
     seed: int = 0,
 ) -> onnx.ModelProto:
-    """A model of `layers` residual blocks, each `h = h + LN(h) @ W`-like: a layer norm of the
-    running tensor followed by a MatMul and a residual Add, so the norms sit in a real graph.
+    """A model of `layers` residual blocks `h = h + norm(h) @ W`, so the norms sit in a real graph.
 
     `expose` names a node type in the first norm (e.g. "Sqrt") whose output also becomes a graph
     output, making that intermediate used elsewhere.
     """
     rng = np.random.default_rng(seed)
     b = GraphBuilder(opset, dtype)
+    add_norm = add_layer_norm if isinstance(spec, LayerNormSpec) else add_rms_norm
     hidden = shape[-1]
     h = "x"
     exposed = None
     for _ in range(layers):
         start = len(b.nodes)
-        normed = add_layer_norm(b, h, shape, spec, rng)
+        normed = add_norm(b, h, shape, spec, rng)
         if expose and exposed is None:
             exposed = next(n.output[0] for n in b.nodes[start:] if n.op_type == expose)
         weight = b.const(rng.normal(0, 0.2, (hidden, hidden)), "weight")
@@ -168,19 +251,19 @@ def layer_norm_model(
         outputs.append(helper.make_tensor_value_info(exposed, elem, [None] * len(shape)))
     graph = helper.make_graph(
         b.nodes,
-        "layer_norm_test",
+        "norm_test",
         [helper.make_tensor_value_info("x", elem, list(shape))],
         outputs,
         b.initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8 if opset < 18 else 9
+    model.ir_version = 8 if opset < 18 else 10
     model.doc_string = "normfuse test model"
     helper.set_model_props(model, {"source": "models/builders.py"})
     return model
 
 
-POSITIVES = {
+LAYER_NORM_POSITIVES = {
     "torchscript": LayerNormSpec(),
     "mul_square": LayerNormSpec(square="mul"),
     "reciprocal": LayerNormSpec(divide="reciprocal"),
@@ -200,7 +283,7 @@ POSITIVES = {
     "large_epsilon": LayerNormSpec(epsilon=1e-2),
 }
 
-NEGATIVES = {
+LAYER_NORM_NEGATIVES = {
     "batch_axis": (LayerNormSpec(axes=(0, 1, 2), scale=False, bias=False), "batch-axis"),
     "unbiased_variance": (LayerNormSpec(variance="sum_over_d_minus_1"), "unbiased-variance"),
     "epsilon_outside_sqrt": (LayerNormSpec(epsilon_outside_sqrt=True), "epsilon-outside-sqrt"),
@@ -211,6 +294,33 @@ NEGATIVES = {
 }
 
 
-def variant(name: str, **changes) -> LayerNormSpec:
-    """A named positive spec with some fields changed."""
-    return replace(POSITIVES[name], **changes)
+RMS_NORM_POSITIVES = {
+    "llama_float32": RmsNormSpec(),
+    "mul_square": RmsNormSpec(square="mul"),
+    "reciprocal": RmsNormSpec(divide="reciprocal"),
+    "pow_minus_half": RmsNormSpec(divide="pow_half"),
+    "scale_first": RmsNormSpec(scale_first=True),
+    "no_scale": RmsNormSpec(scale="none"),
+    "gemma_one_plus_w": RmsNormSpec(scale="gemma"),
+    "sum_over_d": RmsNormSpec(mean="sum_over_d"),
+    "last_two_axes": RmsNormSpec(axes=(-2, -1)),
+    "epsilon_one_element": RmsNormSpec(epsilon_form="one_element"),
+}
+
+# Mixed-precision spellings, built in float16.
+RMS_NORM_FLOAT16_POSITIVES = {
+    "llama_float16": RmsNormSpec(casts="llama", divide="reciprocal"),
+    "scale_before_cast": RmsNormSpec(casts="scale_before_cast"),
+    "t5_float16": RmsNormSpec(casts="t5", divide="reciprocal"),
+    "gemma_float16": RmsNormSpec(casts="scale_before_cast", scale="gemma"),
+    "plain_float16": RmsNormSpec(),
+}
+
+RMS_NORM_NEGATIVES = {
+    "mean_of_abs": (RmsNormSpec(square="abs"), "mean-abs-not-square"),
+    "epsilon_outside_sqrt": (RmsNormSpec(epsilon_outside_sqrt=True), "epsilon-outside-sqrt"),
+    "non_trailing_axis": (RmsNormSpec(axes=(1,)), "non-trailing-axes"),
+    "sum_not_mean": (RmsNormSpec(mean="sum"), "sum-not-mean"),
+    "per_token_gamma": (RmsNormSpec(scale_shape=(7, 32)), "gamma-shape"),
+    "batch_axis": (RmsNormSpec(axes=(0, 1, 2), scale="none"), "batch-axis"),
+}

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from normfuse.passes.layer_norm import LayerNormPass
+from normfuse.passes.rms_norm import RmsNormPass
 
-ALL_PASSES = (LayerNormPass(),)
+# Layer norm first: a bias-free layer norm must not become Sub + RMS norm.
+ALL_PASSES = (LayerNormPass(), RmsNormPass())
 PASS_NAMES = tuple(fusion_pass.name for fusion_pass in ALL_PASSES)
 
 

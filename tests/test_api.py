@@ -36,16 +36,16 @@ def test_readme_api_example_runs(tmp_path: Path, capsys, monkeypatch: pytest.Mon
 def test_passes_are_installed_as_normfuse_passes() -> None:
     import normfuse.passes
 
-    assert normfuse.passes.PASS_NAMES == ("layer-norm",)
+    assert normfuse.passes.PASS_NAMES == ("layer-norm", "rms-norm")
     assert Path(normfuse.passes.__file__).parent.name in ("passes",)
     assert os.path.basename(os.path.dirname(normfuse.__file__)) == "normfuse"
 
 
 def test_targets_block_raising_the_opset_when_an_operator_changes_meaning() -> None:
-    from models.builders import LayerNormSpec, layer_norm_model
+    from models.builders import LayerNormSpec, norm_model
     from normfuse.targets import can_raise_opset
 
-    model = layer_norm_model(LayerNormSpec(), opset=14)
+    model = norm_model(LayerNormSpec(), opset=14)
     assert can_raise_opset(model, 17)
     model.graph.node.append(
         onnx.helper.make_node("RoiAlign", ["x", "rois", "index"], ["pooled"], name="roi")

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from helpers import op_counts
 
-from models.builders import NEGATIVES, LayerNormSpec, layer_norm_model
+from models.builders import LAYER_NORM_NEGATIVES, LayerNormSpec, norm_model
 from normfuse.cli import main
 
 BERT = Path(__file__).resolve().parent.parent / "models" / "real" / "bert_opset14.onnx"
@@ -75,8 +75,8 @@ def test_python_dash_m_is_the_same_program(tmp_path: Path) -> None:
 
 
 def test_inspect_lists_sites_and_near_misses_as_json(tmp_path: Path, capsys) -> None:
-    spec, reason = NEGATIVES["unbiased_variance"]
-    model = write(layer_norm_model(spec), tmp_path / "m.onnx")
+    spec, reason = LAYER_NORM_NEGATIVES["unbiased_variance"]
+    model = write(norm_model(spec), tmp_path / "m.onnx")
     before = digest(model)
     assert main(["inspect", str(model), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -87,7 +87,7 @@ def test_inspect_lists_sites_and_near_misses_as_json(tmp_path: Path, capsys) -> 
 
 
 def test_inspect_check_fails_when_a_site_is_left(tmp_path: Path, capsys) -> None:
-    model = write(layer_norm_model(LayerNormSpec()), tmp_path / "m.onnx")
+    model = write(norm_model(LayerNormSpec()), tmp_path / "m.onnx")
     assert main(["inspect", str(model), "--check"]) == 1
     assert "fusable site" in capsys.readouterr().err
     fused = tmp_path / "fused.onnx"
@@ -96,14 +96,14 @@ def test_inspect_check_fails_when_a_site_is_left(tmp_path: Path, capsys) -> None
 
 
 def test_in_place_replaces_the_model(tmp_path: Path) -> None:
-    model = write(layer_norm_model(LayerNormSpec()), tmp_path / "m.onnx")
+    model = write(norm_model(LayerNormSpec()), tmp_path / "m.onnx")
     assert main(["optimize", str(model), "--in-place"]) == 0
     assert op_counts(onnx.load(model))["LayerNormalization"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
 def test_refuses_to_overwrite_the_input_without_in_place(tmp_path: Path, capsys) -> None:
-    model = write(layer_norm_model(LayerNormSpec()), tmp_path / "m.onnx")
+    model = write(norm_model(LayerNormSpec()), tmp_path / "m.onnx")
     before = digest(model)
     assert main(["optimize", str(model), "-o", str(model)]) == 2
     assert "--in-place" in capsys.readouterr().err
@@ -111,7 +111,7 @@ def test_refuses_to_overwrite_the_input_without_in_place(tmp_path: Path, capsys)
 
 
 def bad_inputs(tmp_path: Path) -> dict[str, Path]:
-    valid = layer_norm_model(LayerNormSpec()).SerializeToString()
+    valid = norm_model(LayerNormSpec()).SerializeToString()
     files = {
         "empty": b"",
         "random_bytes": bytes(range(256)) * 8,
@@ -149,7 +149,7 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
 
 
 def test_missing_output_folder_is_exit_2(tmp_path: Path, capsys) -> None:
-    model = write(layer_norm_model(LayerNormSpec()), tmp_path / "m.onnx")
+    model = write(norm_model(LayerNormSpec()), tmp_path / "m.onnx")
     assert main(["optimize", str(model), "-o", str(tmp_path / "nowhere" / "f.onnx")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

@@ -9,7 +9,16 @@ import pytest
 from helpers import FLOAT32_ATOL, as_float64, max_abs_diff, op_types, random_inputs, run
 
 import normfuse
-from models.builders import NEGATIVES, POSITIVES, LayerNormSpec, layer_norm_model
+from models.builders import (
+    LAYER_NORM_NEGATIVES as NEGATIVES,
+)
+from models.builders import (
+    LAYER_NORM_POSITIVES as POSITIVES,
+)
+from models.builders import (
+    LayerNormSpec,
+    norm_model,
+)
 
 LAYERS = 2
 EXPECTED_OPS = ["LayerNormalization", "MatMul", "Add"] * LAYERS
@@ -41,25 +50,25 @@ def assert_unchanged(original: onnx.ModelProto, reason: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(POSITIVES))
 def test_fuses_variant(name: str) -> None:
-    assert_fused(layer_norm_model(POSITIVES[name], layers=LAYERS))
+    assert_fused(norm_model(POSITIVES[name], layers=LAYERS))
 
 
 @pytest.mark.parametrize("opset", [13, 14, 16])
 def test_fuses_below_opset_17_by_raising_the_opset(opset: int) -> None:
-    result = assert_fused(layer_norm_model(LayerNormSpec(), opset=opset, layers=LAYERS))
+    result = assert_fused(norm_model(LayerNormSpec(), opset=opset, layers=LAYERS))
     assert result.report.opset_before == opset
     assert not result.report.ort_only
 
 
 @pytest.mark.parametrize("name", ["torchscript", "last_two_axes", "population_sum_over_d"])
 def test_fuses_opset_18_axes_input(name: str) -> None:
-    model = layer_norm_model(POSITIVES[name], opset=18, layers=LAYERS)
+    model = norm_model(POSITIVES[name], opset=18, layers=LAYERS)
     assert any(len(node.input) == 2 for node in model.graph.node if node.op_type == "ReduceMean")
     assert_fused(model, opset_after=18)
 
 
 def test_fuses_float16_at_least_as_accurately() -> None:
-    original = layer_norm_model(
+    original = norm_model(
         LayerNormSpec(epsilon_form="value_float"), dtype=np.float16, layers=LAYERS
     )
     result = normfuse.optimize(original)
@@ -74,17 +83,17 @@ def test_fuses_float16_at_least_as_accurately() -> None:
 @pytest.mark.parametrize("name", sorted(NEGATIVES))
 def test_rejects_condition(name: str) -> None:
     spec, reason = NEGATIVES[name]
-    assert_unchanged(layer_norm_model(spec, layers=1), reason)
+    assert_unchanged(norm_model(spec, layers=1), reason)
 
 
 @pytest.mark.parametrize("node", ["Sqrt", "Sub", "ReduceMean"])
 def test_rejects_intermediate_used_elsewhere(node: str) -> None:
-    assert_unchanged(layer_norm_model(LayerNormSpec(), expose=node), "intermediate-used-elsewhere")
+    assert_unchanged(norm_model(LayerNormSpec(), expose=node), "intermediate-used-elsewhere")
 
 
 def test_fuses_core_when_only_the_normed_tensor_escapes() -> None:
     """If `normed` also feeds a graph output, the norm without scale and bias still fuses."""
-    original = layer_norm_model(LayerNormSpec(divide="div"), expose="Div")
+    original = norm_model(LayerNormSpec(divide="div"), expose="Div")
     result = normfuse.optimize(original)
     assert op_types(result.model) == ["LayerNormalization", "Mul", "Add", "MatMul", "Add"]
     feeds = random_inputs(original, seed=3)
@@ -92,7 +101,7 @@ def test_fuses_core_when_only_the_normed_tensor_escapes() -> None:
 
 
 def test_target_onnx_below_opset_17_reports_opset_too_low() -> None:
-    original = layer_norm_model(LayerNormSpec(), opset=16)
+    original = norm_model(LayerNormSpec(), opset=16)
     result = normfuse.optimize(original, target="onnx")
     assert result.report.sites == []
     assert result.model.SerializeToString() == original.SerializeToString()
@@ -100,7 +109,7 @@ def test_target_onnx_below_opset_17_reports_opset_too_low() -> None:
 
 
 def test_target_ort_emits_ort_only_layer_norm_where_opset_cannot_be_raised() -> None:
-    original = layer_norm_model(LayerNormSpec(), opset=12, layers=LAYERS)
+    original = norm_model(LayerNormSpec(), opset=12, layers=LAYERS)
     result = normfuse.optimize(original)
     assert result.report.ort_only
     assert op_types(result.model) == EXPECTED_OPS
@@ -110,13 +119,13 @@ def test_target_ort_emits_ort_only_layer_norm_where_opset_cannot_be_raised() -> 
 
 
 def test_optimizing_twice_gives_identical_bytes() -> None:
-    once = normfuse.optimize(layer_norm_model(LayerNormSpec(), opset=14, layers=LAYERS)).model
+    once = normfuse.optimize(norm_model(LayerNormSpec(), opset=14, layers=LAYERS)).model
     twice = normfuse.optimize(once).model
     assert twice.SerializeToString() == once.SerializeToString()
 
 
 def test_keeps_model_metadata_doc_strings_and_value_info() -> None:
-    original = layer_norm_model(LayerNormSpec(), layers=LAYERS)
+    original = norm_model(LayerNormSpec(), layers=LAYERS)
     kept = next(n.output[0] for n in original.graph.node if n.op_type == "MatMul")
     removed = next(n.output[0] for n in original.graph.node if n.op_type == "Sqrt")
     original.graph.value_info.extend(
@@ -134,7 +143,7 @@ def test_keeps_model_metadata_doc_strings_and_value_info() -> None:
 
 
 def test_passes_option_can_disable_layer_norm() -> None:
-    original = layer_norm_model(LayerNormSpec())
+    original = norm_model(LayerNormSpec())
     result = normfuse.optimize(original, passes=[])
     assert result.report.sites == []
     assert result.model.SerializeToString() == original.SerializeToString()
@@ -142,4 +151,4 @@ def test_passes_option_can_disable_layer_norm() -> None:
 
 def test_unknown_pass_is_a_clear_error() -> None:
     with pytest.raises(normfuse.NormfuseError, match="unknown pass"):
-        normfuse.optimize(layer_norm_model(LayerNormSpec()), passes="layer-nrom")
+        normfuse.optimize(norm_model(LayerNormSpec()), passes="layer-nrom")

@@ -13,7 +13,7 @@ from helpers import FLOAT32_ATOL, max_abs_diff, op_counts, random_inputs
 from onnx.external_data_helper import uses_external_data
 
 import normfuse
-from models.builders import LayerNormSpec, layer_norm_model
+from models.builders import LayerNormSpec, norm_model
 from normfuse import model_io
 
 
@@ -21,7 +21,7 @@ def save_external(folder: Path, name: str = "m.onnx") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     onnx.save(
-        layer_norm_model(LayerNormSpec(), layers=2),
+        norm_model(LayerNormSpec(), layers=2),
         path,
         save_as_external_data=True,
         all_tensors_to_one_file=True,

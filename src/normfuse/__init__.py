@@ -68,18 +68,21 @@ def optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
-    emission = targets.layer_norm_emission(original, chosen_target)
     context = rewrite.Context(
-        ConstantReader(loaded.base_dir), tensor_types(original), chosen_target, emission
+        ConstantReader(loaded.base_dir),
+        tensor_types(original),
+        chosen_target,
+        targets.emissions(original, chosen_target),
     )
     graph = _import_graph(original)
     nodes_before = len(graph.nodes)
     result = rewrite.run(graph, chosen_passes, context)
     optimised = _export(original, graph) if result.sites else _copy(original)
     opset_before = targets.default_opset(original)
-    ort_only = bool(result.sites) and emission is not None and emission.ort_only
-    if result.sites and emission is not None and emission.opset > opset_before:
-        targets.set_default_opset(optimised, emission.opset)
+    ort_only = any(site.ort_only for site in result.sites)
+    opset_needed = max((site.opset for site in result.sites), default=opset_before)
+    if opset_needed > opset_before:
+        targets.set_default_opset(optimised, opset_needed)
     if result.sites and not ort_only and _passes_checker(original, full=False):
         _check(optimised, full=chosen_target is Target.ONNX)
     report = Report(

@@ -16,6 +16,7 @@ from onnx.external_data_helper import load_external_data_for_tensor, uses_extern
 
 DEFAULT_MAX_ELEMENTS = 1 << 20
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
+_FOLDABLE_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
 
 
 class ConstantReader:
@@ -28,8 +29,8 @@ class ConstantReader:
     def value(self, tensor: gs.Tensor) -> np.ndarray | None:
         """The value of `tensor` if it is a (small enough) constant, else None.
 
-        `Identity` and `Cast` of a constant are folded (exporters deduplicate equal initializers
-        through `Identity`).
+        `Identity`, `Cast` and `Add`/`Sub`/`Mul`/`Div` of constants are folded (exporters
+        deduplicate equal initializers through `Identity`; Gemma's scale is `1 + w`).
         """
         if isinstance(tensor, gs.Constant):
             return self._from_constant(tensor)
@@ -40,6 +41,8 @@ class ConstantReader:
             return self._from_constant_node(node)
         if node.op == "Identity":
             return self.value(node.inputs[0])
+        if node.op in _FOLDABLE_BINARY:
+            return self._fold_binary(node)
         if node.op == "Cast":
             value = self.value(node.inputs[0])
             to = onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"])
@@ -48,15 +51,25 @@ class ConstantReader:
 
     @staticmethod
     def is_constant(tensor: gs.Tensor) -> bool:
-        """True for initializers, `Constant` node outputs, and Identity or Cast of either."""
+        """True for initializers, `Constant` node outputs, and the foldable ops applied to them."""
         if isinstance(tensor, gs.Constant):
             return True
         node = _producer(tensor)
         if node is None:
             return False
-        if node.op in ("Cast", "Identity"):
-            return ConstantReader.is_constant(node.inputs[0])
+        if node.op in ("Cast", "Identity", *_FOLDABLE_BINARY):
+            return all(ConstantReader.is_constant(tensor) for tensor in node.inputs)
         return node.op == "Constant"
+
+    def _fold_binary(self, node: gs.Node) -> np.ndarray | None:
+        """Add/Sub/Mul/Div of two constants (Gemma writes its scale as `1 + w`)."""
+        left, right = (self.value(tensor) for tensor in node.inputs)
+        if left is None or right is None or left.dtype != right.dtype:
+            return None
+        if node.op == "Div" and not np.issubdtype(left.dtype, np.floating):
+            return None
+        result = _FOLDABLE_BINARY[node.op](left, right)
+        return None if result.size > self.max_elements else result.astype(left.dtype)
 
     def _from_constant(self, constant: gs.Constant) -> np.ndarray | None:
         if int(np.prod(constant.shape, dtype=np.int64)) > self.max_elements:

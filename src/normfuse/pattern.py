@@ -210,3 +210,8 @@ def _same_attrs(a: dict, b: dict) -> bool:
         return all(bool(np.all(a[key] == b[key])) for key in a)
     except (TypeError, ValueError):
         return False
+
+
+def match_first(pattern: Pattern, tensor: gs.Tensor, reader: ConstantReader) -> Match | None:
+    """The first way `pattern` matches the computation of `tensor`, or None."""
+    return next(match(pattern, tensor, reader), None)

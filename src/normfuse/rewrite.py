@@ -18,7 +18,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.constants import ConstantReader
-from normfuse.pattern import Match, Pattern, match
+from normfuse.pattern import Match, Pattern, match_first
 from normfuse.targets import Emission, Target
 
 INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
@@ -48,6 +48,8 @@ class Site:
     output: str
     removed_nodes: tuple[str, ...]
     fused: FusedNode = field(repr=False, compare=False)
+    opset: int = 0
+    ort_only: bool = False
 
     def as_dict(self) -> dict:
         """The JSON form of DESIGN.md's report."""
@@ -84,7 +86,7 @@ class Context:
     reader: ConstantReader
     types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
     target: Target
-    layer_norm: Emission | None
+    emissions: dict[str, Emission | None]
 
     def rank(self, tensor: gs.Tensor) -> int | None:
         """The rank of `tensor` when known."""
@@ -116,8 +118,11 @@ class FusionPass(Protocol):
     def site_key(self, match: Match) -> gs.Node:
         """The node that identifies the candidate site (matches sharing it compete)."""
 
-    def check(self, match: Match, context: Context) -> Site | NearMiss:
-        """Decide, without side effects, whether `match` computes this family's function."""
+    def check(self, match: Match, context: Context) -> Site | NearMiss | None:
+        """Decide, without side effects, whether `match` computes this family's function.
+
+        None means the match belongs to another family, whose pass reports it.
+        """
 
 
 @dataclass
@@ -154,7 +159,7 @@ def find_sites(
     for node in graph.nodes:
         for tensor in node.outputs:
             for pattern in fusion_pass.patterns:
-                found = next(match(pattern, tensor, context.reader), None)
+                found = match_first(pattern, tensor, context.reader)
                 if found is not None:
                     key = id(fusion_pass.site_key(found))
                     candidates.setdefault(key, []).append(found)
@@ -162,13 +167,16 @@ def find_sites(
     sites, near_misses = [], []
     for group in candidates.values():
         outcome = _decide(group, fusion_pass, context, graph_outputs)
-        (sites if isinstance(outcome, Site) else near_misses).append(outcome)
+        if isinstance(outcome, Site):
+            sites.append(outcome)
+        elif outcome is not None:
+            near_misses.append(outcome)
     return _without_overlaps(sites, graph), near_misses
 
 
 def _decide(
     group: list[Match], fusion_pass: FusionPass, context: Context, graph_outputs: set[str]
-) -> Site | NearMiss:
+) -> Site | NearMiss | None:
     """The largest acceptable candidate; a smaller one only where a larger one's intermediates
     escape the subgraph. Otherwise the largest candidate's near-miss."""
     group = sorted(group, key=lambda found: len(found.nodes), reverse=True)
@@ -177,7 +185,7 @@ def _decide(
         outcome = _escaping_intermediate(found, fusion_pass.kind, graph_outputs)
         if outcome is None:
             outcome = fusion_pass.check(found, context)
-        if isinstance(outcome, Site):
+        if outcome is None or isinstance(outcome, Site):
             return outcome
         first_miss = first_miss or outcome
         if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:

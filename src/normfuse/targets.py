@@ -1,8 +1,9 @@
 """Which fused operator to emit for a target runtime and the model's opset.
 
 `--target ort` may emit anything ONNX Runtime runs; `--target onnx` only standard operators valid at
-the model's opset. `LayerNormalization` became standard at opset 17. Below 17, for ONNX Runtime, the
-model's opset is raised to 17 when every operator it uses means the same at 17 (the operator
+the model's opset. `LayerNormalization` became standard at opset 17, `RMSNormalization` at 23; for
+ONNX Runtime, RMS normalisation is emitted as its `SimplifiedLayerNormalization`. Below 17, for
+ONNX Runtime, the model's opset is raised to 17 when every operator it uses means the same at 17 (the operator
 versions in between only added types or attributes whose defaults keep the old behaviour);
 otherwise `LayerNormalization` is emitted in the default domain at the old opset, which ONNX Runtime
 accepts but `onnx.checker` does not (the report then says the model is ORT-only).
@@ -18,6 +19,7 @@ import onnx
 import onnx.defs
 
 LAYER_NORM_OPSET = 17
+RMS_NORM_OPSET = 23
 LOWEST_RAISABLE_OPSET = 13
 
 # Operator versions from 14 to 17 that only widened types or added attributes whose defaults keep
@@ -88,6 +90,25 @@ def layer_norm_emission(model: onnx.ModelProto, target: Target) -> Emission | No
     if can_raise_opset(model, LAYER_NORM_OPSET):
         return Emission("LayerNormalization", "", LAYER_NORM_OPSET, ort_only=False)
     return Emission("LayerNormalization", "", opset, ort_only=True)
+
+
+def rms_norm_emission(model: onnx.ModelProto, target: Target) -> Emission | None:
+    """How RMS normalisation is emitted: ONNX Runtime's `SimplifiedLayerNormalization` (registered
+    in the default domain at every opset) for ORT; standard `RMSNormalization` from opset 23."""
+    opset = default_opset(model)
+    if target is Target.ORT:
+        return Emission("SimplifiedLayerNormalization", "", opset, ort_only=True)
+    if opset >= RMS_NORM_OPSET:
+        return Emission("RMSNormalization", "", opset, ort_only=False)
+    return None
+
+
+def emissions(model: onnx.ModelProto, target: Target) -> dict[str, Emission | None]:
+    """The emission of each normalisation kind for `model` and `target`."""
+    return {
+        "layer-norm": layer_norm_emission(model, target),
+        "rms-norm": rms_norm_emission(model, target),
+    }
 
 
 def can_raise_opset(model: onnx.ModelProto, new_opset: int) -> bool:

@@ -1,0 +1,221 @@
+"""Checks shared by the normalisation passes. Each returns what it proved or raises `Reject`.
+
+They decide the questions every normalisation family asks: which axes the statistics reduce, what
+the divisor is, where epsilon sits and whether it is positive, whether scale and bias vary only
+along the normalised axes, and which dtypes the fused node's input and output have once
+mixed-precision casts are absorbed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from normfuse.constants import reduce_axes
+from normfuse.pattern import Match
+from normfuse.rewrite import Context, FusedNode, Site
+
+FLOAT_TYPES = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.FLOAT16: np.float16,
+}
+# Types a model may upcast to float32 for the statistics (bfloat16 has no NumPy dtype here).
+UPCAST_SOURCES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT}
+
+
+class Reject(Exception):
+    """A match that is not the family's function: `reason` is a stable kebab-case code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class FusedIO:
+    """The fused node's input tensor, its element type and dtype, and matched nodes to keep."""
+
+    x: gs.Tensor
+    elem_type: int
+    dtype: type
+    kept: tuple[gs.Node, ...]
+
+
+def fused_io(match: Match, context: Context) -> FusedIO:
+    """Resolve the casts a mixed-precision export puts around the statistics.
+
+    `Cast(x -> float32) ... Cast(back)`: the fused node reads and writes x's own type (it computes
+    in float32 itself), so both casts go. An upcast without a cast back: the fused node reads the
+    upcast tensor, and the upcast stays. A cast back without an upcast must be to x's own type.
+    """
+    x = match["x"]
+    x_type = _known_type(x, context)
+    upcast = match.node("upcast") if "upcast" in match else None
+    downcast = match.node("downcast") if "downcast" in match else None
+    if upcast is not None and (
+        upcast.attrs["to"] != onnx.TensorProto.FLOAT or x_type not in UPCAST_SOURCES
+    ):
+        raise Reject(
+            "cast-types",
+            f"statistics cast {_type_name(x_type)} to {_type_name(upcast.attrs['to'])}",
+        )
+    if downcast is not None and downcast.attrs["to"] != x_type:
+        raise Reject(
+            "cast-types",
+            f"output cast to {_type_name(downcast.attrs['to'])}, input is {_type_name(x_type)}",
+        )
+    if upcast is not None and downcast is None:
+        x, x_type, kept = match["upcast"], onnx.TensorProto.FLOAT, (upcast,)
+    else:
+        kept = ()
+    if x_type not in FLOAT_TYPES:
+        raise Reject(
+            "unsupported-dtype", f"{x.name!r} is {_type_name(x_type)}; fused for float32/float16"
+        )
+    return FusedIO(x, x_type, FLOAT_TYPES[x_type], kept)
+
+
+def _known_type(tensor: gs.Tensor, context: Context) -> int:
+    elem_type = context.elem_type(tensor)
+    if elem_type is None:
+        raise Reject("unknown-dtype", f"the element type of {tensor.name!r} is not known")
+    return elem_type
+
+
+def _type_name(elem_type: int | None) -> str:
+    return onnx.TensorProto.DataType.Name(elem_type) if elem_type else "unknown"
+
+
+def known_shape(tensor: gs.Tensor, context: Context) -> tuple:
+    """The shape of `tensor`, which the checks need (rank and normalised dims)."""
+    shape = context.shape(tensor)
+    if shape is None:
+        raise Reject("unknown-rank", f"the rank of {tensor.name!r} is not known")
+    return shape
+
+
+def reduction_axes(nodes: list[gs.Node], rank: int, context: Context) -> tuple[int, ...]:
+    """The axes all `nodes` reduce (as negative indices): the same trailing axes, never axis 0."""
+    for node in nodes:
+        if not node.attrs.get("keepdims", 1):
+            raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
+    found = [reduce_axes(node, rank, context.reader) for node in nodes]
+    if any(axes is None for axes in found):
+        raise Reject("unknown-axes", "reduction axes are not constant")
+    if len(set(found)) > 1:
+        raise Reject(
+            "mismatched-axes",
+            " vs ".join(f"{n.op} over {a}" for n, a in zip(nodes, found, strict=True)),
+        )
+    axes = found[0]
+    if -rank in axes:
+        raise Reject("batch-axis", f"axes {axes} of a rank-{rank} tensor include the first axis")
+    if axes != tuple(range(-len(axes), 0)):
+        raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
+    return axes
+
+
+def normalised_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The static dims of the normalised axes."""
+    dims = tuple(shape[len(shape) + axes[0] :])
+    if not all(isinstance(dim, int) for dim in dims):
+        raise Reject("unknown-shape", f"normalised dims {dims} are not all static")
+    return dims
+
+
+def check_divisor(match: Match, context: Context, count: int) -> None:
+    """A `Div(ReduceSum(.), n)` or `Mul(ReduceMean(.), c)` statistic must be a mean over d items."""
+    if "divisor" in match:
+        effective = context.reader.scalar(match["divisor"])
+    elif "correction" in match:
+        correction = context.reader.scalar(match["correction"])
+        effective = None if not correction else count / correction
+    else:
+        return
+    if effective is not None and np.isclose(effective, count, rtol=1e-6):
+        return
+    if effective is not None and count > 1 and np.isclose(effective, count - 1, rtol=1e-6):
+        raise Reject("unbiased-variance", f"divides by d-1 = {count - 1}, not d = {count}")
+    raise Reject("variance-divisor", f"divides by {effective}, not d = {count}")
+
+
+def epsilon(match: Match, context: Context) -> float:
+    """Epsilon: a positive one-element constant."""
+    value = context.reader.scalar(match["epsilon"])
+    if value is None:
+        raise Reject("epsilon-not-scalar", "epsilon is not a one-element constant")
+    if not value > 0:
+        raise Reject("epsilon-not-positive", f"epsilon is {value}")
+    return value
+
+
+def affine(
+    match: Match, name: str, context: Context, dims: tuple[int, ...], rank: int
+) -> np.ndarray | None:
+    """The bound constant `name` (scale or bias) expanded to `dims`; None when not in the match."""
+    if name not in match:
+        return None
+    value = context.reader.value(match[name])
+    expanded = None if value is None else affine_parameter(value, dims, rank)
+    if expanded is None:
+        reason = "gamma-shape" if name == "scale" else "beta-shape"
+        shape = None if value is None else value.shape
+        raise Reject(
+            reason, f"{name} of shape {shape} does not broadcast along the normalised axes only"
+        )
+    return expanded
+
+
+def affine_parameter(
+    value: np.ndarray, dims: tuple[int, ...], input_rank: int
+) -> np.ndarray | None:
+    """`value` expanded to `dims` if it varies only along the normalised axes.
+
+    Leading dims before the normalised axes must be 1, and `value` may not have more dims than the
+    input (the product would then broadcast to a larger shape than the input's).
+    """
+    count = len(dims)
+    if value.ndim > input_rank or any(
+        dim != 1 for dim in value.shape[: max(value.ndim - count, 0)]
+    ):
+        return None
+    trailing = (1,) * max(count - value.ndim, 0) + tuple(value.shape[-count:] if value.ndim else ())
+    if any(dim not in (1, full) for dim, full in zip(trailing, dims, strict=True)):
+        return None
+    return np.broadcast_to(value.reshape(trailing), dims).copy()
+
+
+def fused_site(
+    kind: str, match: Match, context: Context, io: FusedIO, axis: int, eps: float, params: tuple
+) -> Site:
+    """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias])."""
+    emission = context.emissions[kind]
+    if emission is None:
+        raise Reject(
+            "opset-too-low", f"no standard operator for {kind} at this opset (--target onnx)"
+        )
+    fused = FusedNode(
+        emission.op,
+        emission.domain,
+        {"axis": axis, "epsilon": eps, "stash_type": 1},
+        (io.x, *params),
+    )
+    kept = {id(node) for node in io.kept}
+    removed = tuple(node.name for node in match.nodes if id(node) not in kept)
+    return Site(
+        kind,
+        emission.op,
+        emission.domain,
+        axis,
+        eps,
+        io.x.name,
+        match.root.name,
+        removed,
+        fused,
+        emission.opset,
+        emission.ort_only,
+    )

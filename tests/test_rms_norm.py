@@ -1,0 +1,149 @@
+"""The RMS-norm pass: LLaMA/Gemma/T5 spellings fuse, in float32 and mixed precision, with matching
+numerics; close spellings that compute something else are left unchanged with a reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import FLOAT32_ATOL, as_float64, max_abs_diff, op_types, random_inputs, run
+
+import normfuse
+from models.builders import (
+    LAYER_NORM_POSITIVES,
+    RMS_NORM_FLOAT16_POSITIVES,
+    RMS_NORM_NEGATIVES,
+    RMS_NORM_POSITIVES,
+    RmsNormSpec,
+    norm_model,
+)
+
+LAYERS = 2
+
+
+def expected_ops(op: str) -> list[str]:
+    return [op, "MatMul", "Add"] * LAYERS
+
+
+@pytest.mark.parametrize("name", sorted(RMS_NORM_POSITIVES))
+def test_fuses_variant_for_ort(name: str) -> None:
+    original = norm_model(RMS_NORM_POSITIVES[name], layers=LAYERS)
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == expected_ops("SimplifiedLayerNormalization")
+    assert [site.kind for site in result.report.sites] == ["rms-norm"] * LAYERS
+    assert result.report.near_misses == []
+    assert result.report.ort_only
+    assert list(result.model.graph.output) == list(original.graph.output)
+    feeds = random_inputs(original, {"batch": 3}, seed=7)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+@pytest.mark.parametrize("name", ["llama_float32", "gemma_one_plus_w", "last_two_axes"])
+def test_fuses_standard_rms_normalization_at_opset_23(name: str) -> None:
+    original = norm_model(RMS_NORM_POSITIVES[name], opset=23, layers=LAYERS)
+    result = normfuse.optimize(original, target="onnx")
+    assert op_types(result.model) == expected_ops("RMSNormalization")
+    assert not result.report.ort_only
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = random_inputs(original, {"batch": 3}, seed=8)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_target_onnx_below_opset_23_reports_opset_too_low() -> None:
+    original = norm_model(RmsNormSpec(), opset=18)
+    result = normfuse.optimize(original, target="onnx")
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert [miss.reason for miss in result.report.near_misses] == ["opset-too-low"]
+
+
+def assert_float16_fused(original: onnx.ModelProto, op: str) -> None:
+    """Fused to `op` with every Cast gone; error against a float64 reference no worse."""
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == expected_ops(op)
+    feeds = random_inputs(original, {"batch": 3}, seed=9)
+    reference = run(as_float64(original), {k: v.astype(np.float64) for k, v in feeds.items()})[0]
+    original_out, fused_out = run(original, feeds)[0], run(result.model, feeds)[0]
+    scale = np.max(np.abs(reference))
+    assert np.max(np.abs(fused_out - original_out)) / scale <= 1e-2
+    original_error = np.max(np.abs(original_out - reference))
+    assert np.max(np.abs(fused_out - reference)) <= max(1.5 * original_error, 1e-3 * scale)
+
+
+@pytest.mark.parametrize("name", sorted(RMS_NORM_FLOAT16_POSITIVES))
+def test_fuses_float16_mixed_precision(name: str) -> None:
+    model = norm_model(RMS_NORM_FLOAT16_POSITIVES[name], dtype=np.float16, layers=LAYERS)
+    assert_float16_fused(model, "SimplifiedLayerNormalization")
+
+
+def test_fuses_float16_layer_norm_with_casts_around_the_statistics() -> None:
+    spec = LAYER_NORM_POSITIVES["torchscript"].__class__(casts="around")
+    model = norm_model(spec, dtype=np.float16, layers=LAYERS)
+    assert op_types(model).count("Cast") == 2 * LAYERS
+    assert_float16_fused(model, "LayerNormalization")
+
+
+def test_upcast_without_cast_back_keeps_the_upcast() -> None:
+    """x (float16) -> Cast(float32) -> RMS in float32, output float32: the Cast stays."""
+    original = _upcast_only_model()
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == ["Cast", "SimplifiedLayerNormalization"]
+    assert result.report.sites[0].input == "wide"
+    feeds = random_inputs(original, seed=10)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def _upcast_only_model() -> onnx.ModelProto:
+    from onnx import helper, numpy_helper
+
+    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Cast", ["x"], ["wide"], to=f32),
+        helper.make_node("Pow", ["wide", "two"], ["square"]),
+        helper.make_node("ReduceMean", ["square"], ["mean_square"], axes=[-1]),
+        helper.make_node("Add", ["mean_square", "epsilon"], ["shifted"]),
+        helper.make_node("Sqrt", ["shifted"], ["rms"]),
+        helper.make_node("Div", ["wide", "rms"], ["normed"]),
+        helper.make_node("Mul", ["normed", "scale"], ["y"]),
+    ]
+    rng = np.random.default_rng(0)
+    initializers = [
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), "epsilon"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), "scale"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "upcast_only",
+        [helper.make_tensor_value_info("x", f16, [2, 5, 16])],
+        [helper.make_tensor_value_info("y", f32, [2, 5, 16])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(RMS_NORM_NEGATIVES))
+def test_rejects_condition(name: str) -> None:
+    spec, reason = RMS_NORM_NEGATIVES[name]
+    original = norm_model(spec)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert [miss.reason for miss in result.report.near_misses] == [reason]
+
+
+def test_rejects_intermediate_used_elsewhere() -> None:
+    original = norm_model(RmsNormSpec(), expose="Sqrt")
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["intermediate-used-elsewhere"]
+
+
+def test_declined_layer_norm_is_not_fused_as_rms_of_the_centered_input() -> None:
+    spec = LAYER_NORM_POSITIVES["torchscript"].__class__(variance_axes=(-2, -1))
+    original = norm_model(spec)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["mismatched-axes"]
