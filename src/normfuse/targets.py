@@ -1,12 +1,12 @@
 """Which fused operator to emit for a target runtime and the model's opset.
 
-`--target ort` may emit anything ONNX Runtime runs; `--target onnx` only standard operators valid at
-the model's opset. `LayerNormalization` became standard at opset 17, `RMSNormalization` at 23; for
-ONNX Runtime, RMS normalisation is emitted as its `SimplifiedLayerNormalization`. Below 17, for
-ONNX Runtime, the model's opset is raised to 17 when every operator it uses means the same at 17 (the operator
-versions in between only added types or attributes whose defaults keep the old behaviour);
-otherwise `LayerNormalization` is emitted in the default domain at the old opset, which ONNX Runtime
-accepts but `onnx.checker` does not (the report then says the model is ORT-only).
+`--target ort` may emit anything ONNX Runtime runs; `--target onnx` only standard operators valid
+at the model's opset. `LayerNormalization` became standard at opset 17, `RMSNormalization` at 23;
+for ONNX Runtime, RMS normalisation is emitted as its `SimplifiedLayerNormalization`. Below 17, for
+ONNX Runtime, the model's opset is raised to 17 when every operator it uses means the same at 17
+(the operator versions in between only added types or attributes whose defaults keep the old
+behaviour); otherwise `LayerNormalization` is emitted in the default domain at the old opset, which
+ONNX Runtime accepts but `onnx.checker` does not (the report then says the model is ORT-only).
 """
 
 from __future__ import annotations
