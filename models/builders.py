@@ -23,7 +23,7 @@ class LayerNormSpec:
     axes: tuple[int, ...] = (-1,)
     variance_axes: tuple[int, ...] | None = None  # None: same as axes
     square: str = "pow"  # pow | mul
-    divide: str = "div"  # div | reciprocal | pow_half
+    divide: str = "div"  # div | reciprocal | one_over | pow_half
     variance: str = "mean"  # mean | sum_over_d | sum_over_d_minus_1
     epsilon: float = 1e-5
     epsilon_form: str = "initializer"  # initializer | value_float | value | one_element
@@ -44,7 +44,7 @@ class RmsNormSpec:
 
     axes: tuple[int, ...] = (-1,)
     square: str = "pow"  # pow | mul | abs
-    divide: str = "div"  # div | reciprocal | pow_half
+    divide: str = "div"  # div | reciprocal | one_over | pow_half
     mean: str = "mean"  # mean | sum_over_d | sum
     epsilon: float = 1e-6
     epsilon_form: str = "initializer"
@@ -163,6 +163,9 @@ def _normalise(b: GraphBuilder, centered: str, shifted: str, divide: str, dtype=
         return b.op("Div", [centered, b.op("Sqrt", [shifted])])
     if divide == "reciprocal":
         return b.op("Mul", [centered, b.op("Reciprocal", [b.op("Sqrt", [shifted])])])
+    if divide == "one_over":
+        one = b.const(1.0, "one", dtype)
+        return b.op("Mul", [centered, b.op("Div", [one, b.op("Sqrt", [shifted])])])
     return b.op("Mul", [centered, b.op("Pow", [shifted, b.const(-0.5, "minus_half", dtype)])])
 
 
@@ -267,6 +270,7 @@ LAYER_NORM_POSITIVES = {
     "torchscript": LayerNormSpec(),
     "mul_square": LayerNormSpec(square="mul"),
     "reciprocal": LayerNormSpec(divide="reciprocal"),
+    "one_over_std": LayerNormSpec(divide="one_over"),
     "pow_minus_half": LayerNormSpec(divide="pow_half"),
     "commuted_operands": LayerNormSpec(scale_first=True, bias_first=True),
     "no_affine": LayerNormSpec(scale=False, bias=False),
@@ -298,6 +302,7 @@ RMS_NORM_POSITIVES = {
     "llama_float32": RmsNormSpec(),
     "mul_square": RmsNormSpec(square="mul"),
     "reciprocal": RmsNormSpec(divide="reciprocal"),
+    "torchscript_one_over_rms": RmsNormSpec(divide="one_over"),
     "pow_minus_half": RmsNormSpec(divide="pow_half"),
     "scale_first": RmsNormSpec(scale_first=True),
     "no_scale": RmsNormSpec(scale="none"),

@@ -23,7 +23,6 @@ import transformers
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "real"
-OPSETS = (14, 16)
 SEQUENCE = 16
 
 
@@ -60,7 +59,73 @@ def gpt2() -> tuple[torch.nn.Module, dict]:
     }
 
 
-MODELS = {"bert": bert, "gpt2": gpt2}
+def _decoder_inputs() -> dict:
+    return {
+        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
+        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
+        "position_ids": torch.arange(SEQUENCE).unsqueeze(0),
+    }
+
+
+_DECODER_SIZES = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    use_cache=False,
+)
+
+
+def llama() -> tuple[torch.nn.Module, dict]:
+    return transformers.LlamaModel(transformers.LlamaConfig(**_DECODER_SIZES)), _decoder_inputs()
+
+
+def qwen2() -> tuple[torch.nn.Module, dict]:
+    return transformers.Qwen2Model(transformers.Qwen2Config(**_DECODER_SIZES)), _decoder_inputs()
+
+
+def gemma() -> tuple[torch.nn.Module, dict]:
+    config = transformers.GemmaConfig(**_DECODER_SIZES, head_dim=16)
+    return transformers.GemmaModel(config), _decoder_inputs()
+
+
+def t5_encoder() -> tuple[torch.nn.Module, dict]:
+    config = transformers.T5Config(
+        vocab_size=512,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_heads=4,
+        use_cache=False,
+    )
+    return transformers.T5EncoderModel(config), {
+        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
+        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
+    }
+
+
+MODELS = {
+    "bert": bert,
+    "gpt2": gpt2,
+    "llama": llama,
+    "qwen2": qwen2,
+    "gemma": gemma,
+    "t5_encoder": t5_encoder,
+}
+# (architecture, exporter, opset, dtype) of every committed export.
+EXPORTS = [
+    *((name, "torchscript", opset, "float32") for name in ("bert", "gpt2") for opset in (14, 16)),
+    *(
+        (name, exporter, opset, dtype)
+        for name in ("llama", "qwen2", "gemma", "t5_encoder")
+        for exporter, opset in (("torchscript", 17), ("dynamo", 18))
+        for dtype in ("float32", "float16")
+    ),
+]
 
 
 class _FirstOutput(torch.nn.Module):
@@ -75,56 +140,79 @@ class _FirstOutput(torch.nn.Module):
         return self.model(**dict(zip(self.names, args, strict=True)), return_dict=False)[0]
 
 
-def randomise_layer_norms(model: torch.nn.Module) -> None:
-    """Give every LayerNorm a non-trivial scale and bias (freshly built ones are all 1 and 0, which
-    would hide a fusion that drops or misplaces them)."""
+def is_rms_norm(module: torch.nn.Module) -> bool:
+    """transformers' RMS-norm modules: LlamaRMSNorm, Qwen2RMSNorm, GemmaRMSNorm, T5LayerNorm, ..."""
+    name = type(module).__name__
+    return name.endswith("RMSNorm") or name == "T5LayerNorm"
+
+
+def randomise_norms(model: torch.nn.Module) -> None:
+    """Give every norm a non-trivial scale (and bias): fresh ones are all 1 (or 0) and 0, which
+    would hide a fusion that drops or misplaces them."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0.0, 0.5)
+            elif is_rms_norm(module):
+                module.weight.uniform_(0.5, 1.5)
 
 
-def export(name: str, opset: int) -> dict:
-    """Export one model at one opset; returns its manifest entry."""
+def export(name: str, exporter: str, opset: int, dtype: str) -> dict:
+    """Export one model; returns its manifest entry (with `export_error` if the export failed)."""
     torch.manual_seed(0)
     model, inputs = MODELS[name]()
-    randomise_layer_norms(model)
-    expected = sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
-    path = OUT_DIR / f"{name}_opset{opset}.onnx"
+    randomise_norms(model)
+    model = model.eval().to(getattr(torch, dtype))
+    suffix = "" if (exporter, dtype) == ("torchscript", "float32") else f"_{exporter}_{dtype}"
+    path = OUT_DIR / f"{name}_opset{opset}{suffix}.onnx"
     entry = {
         "file": str(path.relative_to(HERE)),
         "architecture": name,
-        "exporter": "torchscript",
+        "exporter": exporter,
         "opset": opset,
-        "dtype": "float32",
-        "layer_norm_sites": expected,
-        "rms_norm_sites": 0,
+        "dtype": dtype,
+        "layer_norm_sites": sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules()),
+        "rms_norm_sites": sum(is_rms_norm(m) for m in model.modules()),
         "inputs": {key: list(value.shape) for key, value in inputs.items()},
         "int_input_high": SEQUENCE,
     }
+    wrapped, args, names = _FirstOutput(model, list(inputs)), tuple(inputs.values()), list(inputs)
     try:
-        torch.onnx.export(
-            _FirstOutput(model, list(inputs)),
-            tuple(inputs.values()),
-            str(path),
-            dynamo=False,
-            opset_version=opset,
-            input_names=list(inputs),
-            output_names=["last_hidden_state"],
-            dynamic_axes={key: {0: "batch", 1: "sequence"} for key in inputs}
-            | {"last_hidden_state": {0: "batch", 1: "sequence"}},
-            do_constant_folding=True,
-        )
-    except Exception as error:
+        if exporter == "torchscript":
+            axes = {key: {0: "batch", 1: "sequence"} for key in [*names, "last_hidden_state"]}
+            torch.onnx.export(
+                wrapped,
+                args,
+                str(path),
+                dynamo=False,
+                opset_version=opset,
+                input_names=names,
+                output_names=["last_hidden_state"],
+                dynamic_axes=axes,
+                do_constant_folding=True,
+            )
+        else:
+            torch.onnx.export(
+                wrapped,
+                args,
+                str(path),
+                dynamo=True,
+                opset_version=opset,
+                input_names=names,
+                output_names=["last_hidden_state"],
+                external_data=False,
+            )
+    except Exception as error:  # recorded in the manifest, not dropped
         traceback.print_exc()
-        entry["export_error"] = f"{type(error).__name__}: {error}"
+        path.unlink(missing_ok=True)
+        entry["export_error"] = f"{type(error).__name__}: {str(error)[:500]}"
     return entry
 
 
 def main() -> int:
     OUT_DIR.mkdir(exist_ok=True)
-    entries = [export(name, opset) for name in MODELS for opset in OPSETS]
+    entries = [export(*spec) for spec in EXPORTS]
     manifest = {
         "generator": "models/export.py",
         "torch": torch.__version__,

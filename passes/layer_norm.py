@@ -7,6 +7,7 @@ by (any Add/Mul operand order; scale and bias optional)::
     x, mean ──> Sub ──> centered ──┬──> Pow(., 2) | Mul(., .) ──> ReduceMean ──> variance
                                    │    variance ──> Add(epsilon) ──> Sqrt ──> std
                                    └──> Div(., std) | Mul(., Reciprocal(std)) ──> normed
+    (Reciprocal(std) may also be written Div(1, std) or Pow(variance + epsilon, -0.5))
     normed ──> Mul(scale) ──> Add(bias) ──> y
 
 `centered` may be computed once or twice; mixed-precision exports wrap the statistics in
@@ -55,7 +56,8 @@ _shifted = Op("Add", _variance, Const("epsilon"), name="shifted")
 _std = Op("Sqrt", _shifted, name="std")
 _normed = AnyOf(
     Op("Div", _centered, _std, name="normed"),
-    Op("Mul", _centered, Op("Reciprocal", _std, name="inv_std"), name="normed"),
+    Op("Mul", _centered, Op("Reciprocal", _std), name="normed"),
+    Op("Mul", _centered, Op("Div", Const("one", 1.0), _std), name="normed"),
     Op("Mul", _centered, Op("Pow", _shifted, Const("minus_half", -0.5)), name="normed"),
     # Near-miss: epsilon added after the square root.
     Op(
@@ -95,6 +97,7 @@ class LayerNormPass:
     name = "layer-norm"
     kind = KIND
     patterns = PATTERNS
+    shared_names = ("upcast",)
 
     def site_key(self, match: Match) -> gs.Node:
         """The mean's ReduceMean identifies one layer norm."""

@@ -3,7 +3,7 @@
 What LLaMA, Mistral, Qwen2, Gemma and T5 exports write, with the variations exporters add::
 
     x ──> [Cast(float32)] ──> Pow(., 2) | Mul(., .) ──> ReduceMean ──> Add(epsilon) ──> Sqrt ──> rms
-    x' ──> Div(., rms) | Mul(., Reciprocal(rms)) | Mul(., Pow(mean + epsilon, -0.5)) ──> normed
+    x' ──> Div(., rms) | Mul(., Reciprocal(rms) | Div(1, rms) | Pow(ms + eps, -0.5)) ──> normed
     normed ──> [Cast(back)] ──> Mul(scale) ──> y        (or Mul(scale) before the Cast back)
 
 Gemma's scale `1 + w` is folded as a constant. Fused only when it is exactly RMS normalisation:
@@ -41,6 +41,7 @@ _rms = Op("Sqrt", _shifted)
 _normed = AnyOf(
     Op("Div", _x, _rms, name="normed"),
     Op("Mul", _x, Op("Reciprocal", _rms), name="normed"),
+    Op("Mul", _x, Op("Div", Const("one", 1.0), _rms), name="normed"),  # TorchScript's rsqrt
     Op("Mul", _x, Op("Pow", _shifted, Const("minus_half", -0.5)), name="normed"),
     # Near-miss: epsilon added after the square root.
     Op(
@@ -73,6 +74,7 @@ class RmsNormPass:
     name = "rms-norm"
     kind = KIND
     patterns = PATTERNS
+    shared_names = ("upcast",)
 
     def site_key(self, match: Match) -> gs.Node:
         """The reduction of the squares identifies one RMS norm."""

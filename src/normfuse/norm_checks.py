@@ -24,6 +24,7 @@ FLOAT_TYPES = {
 }
 # Types a model may upcast to float32 for the statistics (bfloat16 has no NumPy dtype here).
 UPCAST_SOURCES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT}
+DOWNCAST_TARGETS = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
 class Reject(Exception):
@@ -37,20 +38,23 @@ class Reject(Exception):
 
 @dataclass(frozen=True)
 class FusedIO:
-    """The fused node's input tensor, its element type and dtype, and matched nodes to keep."""
+    """The fused node's input, its element type and dtype, the type to cast its output to (None:
+    no cast), and matched nodes that must stay."""
 
     x: gs.Tensor
     elem_type: int
     dtype: type
+    output_cast: int | None
     kept: tuple[gs.Node, ...]
 
 
 def fused_io(match: Match, context: Context) -> FusedIO:
     """Resolve the casts a mixed-precision export puts around the statistics.
 
-    `Cast(x -> float32) ... Cast(back)`: the fused node reads and writes x's own type (it computes
-    in float32 itself), so both casts go. An upcast without a cast back: the fused node reads the
-    upcast tensor, and the upcast stays. A cast back without an upcast must be to x's own type.
+    `Cast(x -> float32) ... Cast(back to x's type)`: the fused node reads and writes x's own type
+    (it computes in float32 itself), so both casts go. A float32 x whose result is cast down to
+    float16/bfloat16: the fused node works in float32 and one Cast follows it. An upcast with no
+    cast back: the fused node reads the upcast tensor, and the upcast stays.
     """
     x = match["x"]
     x_type = _known_type(x, context)
@@ -59,24 +63,20 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     if upcast is not None and (
         upcast.attrs["to"] != onnx.TensorProto.FLOAT or x_type not in UPCAST_SOURCES
     ):
-        raise Reject(
-            "cast-types",
-            f"statistics cast {_type_name(x_type)} to {_type_name(upcast.attrs['to'])}",
-        )
+        to = _type_name(upcast.attrs["to"])
+        raise Reject("cast-types", f"statistics cast {_type_name(x_type)} to {to}")
+    kept, output_cast = (), None
     if downcast is not None and downcast.attrs["to"] != x_type:
-        raise Reject(
-            "cast-types",
-            f"output cast to {_type_name(downcast.attrs['to'])}, input is {_type_name(x_type)}",
-        )
+        if x_type != onnx.TensorProto.FLOAT or downcast.attrs["to"] not in DOWNCAST_TARGETS:
+            to = _type_name(downcast.attrs["to"])
+            raise Reject("cast-types", f"output cast to {to}, input is {_type_name(x_type)}")
+        output_cast = downcast.attrs["to"]
     if upcast is not None and downcast is None:
         x, x_type, kept = match["upcast"], onnx.TensorProto.FLOAT, (upcast,)
-    else:
-        kept = ()
     if x_type not in FLOAT_TYPES:
-        raise Reject(
-            "unsupported-dtype", f"{x.name!r} is {_type_name(x_type)}; fused for float32/float16"
-        )
-    return FusedIO(x, x_type, FLOAT_TYPES[x_type], kept)
+        name = _type_name(x_type)
+        raise Reject("unsupported-dtype", f"{x.name!r} is {name}; fused for float32/float16")
+    return FusedIO(x, x_type, FLOAT_TYPES[x_type], output_cast, kept)
 
 
 def _known_type(tensor: gs.Tensor, context: Context) -> int:
@@ -203,8 +203,16 @@ def fused_site(
         emission.domain,
         {"axis": axis, "epsilon": eps, "stash_type": 1},
         (io.x, *params),
+        io.output_cast,
     )
+    inside = {id(node) for node in match.nodes}
     kept = {id(node) for node in io.kept}
+    kept.update(
+        id(node)
+        for node in match.nodes
+        if any(id(user) not in inside for tensor in node.outputs for user in tensor.outputs)
+        and node is not match.root.inputs[0]
+    )
     removed = tuple(node.name for node in match.nodes if id(node) not in kept)
     return Site(
         kind,

@@ -27,12 +27,14 @@ MAX_ROUNDS = 8
 
 @dataclass(frozen=True)
 class FusedNode:
-    """The node that replaces a site: inputs are graph tensors, new constants, or None (absent)."""
+    """The node that replaces a site: inputs are graph tensors, new constants, or None (absent);
+    with `output_cast`, a Cast to that element type follows it and produces the site's output."""
 
     op: str
     domain: str
     attrs: dict
     inputs: tuple[gs.Tensor | np.ndarray | None, ...]
+    output_cast: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ class FusionPass(Protocol):
     name: str
     kind: str
     patterns: tuple[Pattern, ...]
+    # Bindings whose nodes may also feed nodes outside the match, and then stay (an input Cast).
+    shared_names: tuple[str, ...]
 
     def site_key(self, match: Match) -> gs.Node:
         """The node that identifies the candidate site (matches sharing it compete)."""
@@ -182,7 +186,7 @@ def _decide(
     group = sorted(group, key=lambda found: len(found.nodes), reverse=True)
     first_miss = None
     for found in group:
-        outcome = _escaping_intermediate(found, fusion_pass.kind, graph_outputs)
+        outcome = _escaping_intermediate(found, fusion_pass, graph_outputs)
         if outcome is None:
             outcome = fusion_pass.check(found, context)
         if outcome is None or isinstance(outcome, Site):
@@ -193,18 +197,22 @@ def _decide(
     return first_miss
 
 
-def _escaping_intermediate(found: Match, kind: str, graph_outputs: set[str]) -> NearMiss | None:
-    """A near-miss if any matched node's output other than the root is used outside the match."""
+def _escaping_intermediate(
+    found: Match, fusion_pass: FusionPass, graph_outputs: set[str]
+) -> NearMiss | None:
+    """A near-miss if a matched node's output other than the root (or a shared binding) is used
+    outside the match."""
     inside = {id(node) for node in found.nodes}
+    shared = {id(found[name]) for name in fusion_pass.shared_names if name in found}
     for node in found.nodes:
         for tensor in node.outputs:
-            if tensor is found.root:
+            if tensor is found.root or id(tensor) in shared:
                 continue
             outside = [user for user in tensor.outputs if id(user) not in inside]
             if outside or tensor.name in graph_outputs:
                 users = ", ".join(user.name for user in outside) or "a graph output"
                 return NearMiss(
-                    kind,
+                    fusion_pass.kind,
                     node.name,
                     INTERMEDIATE_USED_ELSEWHERE,
                     f"{tensor.name!r} (from {node.op} {node.name!r}) is also used by {users}",
@@ -237,33 +245,48 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
     for site in sites:
         name = _unique(f"{site.output}/{site.op}", node_names)
         node_names.add(name)
-        values = list(site.fused.inputs)
-        while values and values[-1] is None:
-            values.pop()
-        inputs = []
-        for index, value in enumerate(values):
-            if value is None:
-                inputs.append(gs.Variable.empty())
-            elif isinstance(value, np.ndarray):
-                constant_name = _unique(f"{name}/input{index}", tensors.keys())
-                constant = gs.Constant(constant_name, np.ascontiguousarray(value))
-                tensors[constant_name] = constant
-                inputs.append(constant)
-            else:
-                inputs.append(value)
+        inputs = _fused_inputs(site.fused, name, tensors)
         output = tensors[site.output]
         output.inputs.clear()
+        fused_output = output
+        if site.fused.output_cast is not None:
+            fused_output = gs.Variable(_unique(f"{name}/output", tensors.keys()))
+            tensors[fused_output.name] = fused_output
+            cast_name = _unique(f"{name}/Cast", node_names)
+            node_names.add(cast_name)
+            graph.nodes.append(
+                gs.Node("Cast", cast_name, {"to": site.fused.output_cast}, [fused_output], [output])
+            )
         graph.nodes.append(
             gs.Node(
                 site.fused.op,
                 name,
                 dict(site.fused.attrs),
                 inputs,
-                [output],
+                [fused_output],
                 domain=site.fused.domain,
             )
         )
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
+
+
+def _fused_inputs(fused: FusedNode, name: str, tensors: dict) -> list[gs.Tensor]:
+    """The fused node's input tensors; arrays become new constants, trailing Nones are dropped."""
+    values = list(fused.inputs)
+    while values and values[-1] is None:
+        values.pop()
+    inputs = []
+    for index, value in enumerate(values):
+        if value is None:
+            inputs.append(gs.Variable.empty())
+        elif isinstance(value, np.ndarray):
+            constant_name = _unique(f"{name}/input{index}", tensors.keys())
+            constant = gs.Constant(constant_name, np.ascontiguousarray(value))
+            tensors[constant_name] = constant
+            inputs.append(constant)
+        else:
+            inputs.append(value)
+    return inputs
 
 
 def _unique(name: str, taken) -> str:
