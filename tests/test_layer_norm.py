@@ -152,3 +152,16 @@ def test_passes_option_can_disable_layer_norm() -> None:
 def test_unknown_pass_is_a_clear_error() -> None:
     with pytest.raises(normfuse.NormfuseError, match="unknown pass"):
         normfuse.optimize(norm_model(LayerNormSpec()), passes="layer-nrom")
+
+
+def test_rejects_epsilon_that_broadcasts_to_a_higher_rank() -> None:
+    original = norm_model(LayerNormSpec(epsilon_form="one_element"))
+    epsilon = next(t for t in original.graph.initializer if t.name.startswith("epsilon"))
+    epsilon.dims[:] = [1, 1, 1, 1]
+    original.graph.output[0].type.tensor_type.ClearField("shape")
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert [miss.reason for miss in result.report.near_misses] == ["broadcast-shape"]
+    feeds = random_inputs(original, seed=11)
+    assert run(original, feeds)[0].ndim == 4

@@ -193,6 +193,7 @@ def fused_site(
     kind: str, match: Match, context: Context, io: FusedIO, axis: int, eps: float, params: tuple
 ) -> Site:
     """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias])."""
+    _check_output_type(match.root, io, context)
     emission = context.emissions[kind]
     if emission is None:
         raise Reject(
@@ -227,3 +228,27 @@ def fused_site(
         emission.opset,
         emission.ort_only,
     )
+
+
+def _check_output_type(root: gs.Tensor, io: FusedIO, context: Context) -> None:
+    """A safety net: where inference knows the output's type and shape, the fused node must produce
+    the same element type and rank (a one-element constant of higher rank would broadcast)."""
+    expected_type = io.output_cast or io.elem_type
+    actual_type = context.elem_type(root)
+    if actual_type is not None and actual_type != expected_type:
+        raise Reject(
+            "cast-types",
+            f"output is {_type_name(actual_type)}, fused node would give "
+            f"{_type_name(expected_type)}",
+        )
+    input_shape, output_shape = context.shape(io.x), context.shape(root)
+    if (
+        input_shape is not None
+        and output_shape is not None
+        and len(input_shape) != len(output_shape)
+    ):
+        raise Reject(
+            "broadcast-shape",
+            f"output rank {len(output_shape)} differs from input rank "
+            f"{len(input_shape)}: a constant broadcasts the result",
+        )
