@@ -68,26 +68,3 @@ def op_types(model: onnx.ModelProto) -> list[str]:
 def op_counts(model: onnx.ModelProto) -> Counter:
     """How many nodes of each op type the model has."""
     return Counter(op_types(model))
-
-
-def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A float64 copy of a float16/float32 builder model (initializers, I/O types, Casts)."""
-    low = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    graph = copy.graph
-    for index, tensor in enumerate(graph.initializer):
-        if tensor.data_type in low:
-            array = onnx.numpy_helper.to_array(tensor).astype(np.float64)
-            graph.initializer[index].CopyFrom(onnx.numpy_helper.from_array(array, tensor.name))
-    for info in [*graph.input, *graph.output, *graph.value_info]:
-        if info.type.tensor_type.elem_type in low:
-            info.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
-    for node in graph.node:
-        for attribute in node.attribute:
-            if node.op_type == "Cast" and attribute.name == "to" and attribute.i in low:
-                attribute.i = onnx.TensorProto.DOUBLE
-            if attribute.HasField("t") and attribute.t.data_type in low:
-                array = onnx.numpy_helper.to_array(attribute.t).astype(np.float64)
-                attribute.t.CopyFrom(onnx.numpy_helper.from_array(array, attribute.t.name))
-    return copy

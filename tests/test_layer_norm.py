@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import FLOAT32_ATOL, as_float64, max_abs_diff, op_types, random_inputs, run
+from helpers import FLOAT32_ATOL, max_abs_diff, op_types, random_inputs, run
 
 import normfuse
 from models.builders import (
@@ -19,6 +19,7 @@ from models.builders import (
     LayerNormSpec,
     norm_model,
 )
+from normfuse.subgraph import as_float64
 
 LAYERS = 2
 EXPECTED_OPS = ["LayerNormalization", "MatMul", "Add"] * LAYERS

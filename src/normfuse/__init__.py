@@ -1,7 +1,8 @@
 """normfuse: fuse decomposed normalisation subgraphs in ONNX models.
 
 The public API: `optimize` rewrites a model and returns it with its report, `inspect` reports what
-would be fused without changing anything, and `save` writes a model atomically.
+would be fused without changing anything, `validate` compares two models, and `save` writes a
+model atomically.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import model_io, rewrite, targets
+from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError
 from normfuse.report import Report
 from normfuse.shapes import tensor_types
 from normfuse.targets import Target
+from normfuse.validate import ValidationOptions
 
 try:
     __version__ = version("normfuse")
@@ -53,16 +56,44 @@ def optimize(
     target: str = "ort",
     passes: str | list[str] | None = None,
     base_dir: str | os.PathLike | None = None,
+    validation: ValidationOptions | None = None,
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
     `target` is "ort" (ONNX Runtime, the default) or "onnx" (standard operators only); `passes`
     names the passes to run (default: all). For a `ModelProto` whose weights are in external data,
-    `base_dir` is the folder they are in. The input is never modified.
+    `base_dir` is the folder they are in. With `validation`, each fused site is run alone against
+    its original subgraph, failing sites are left decomposed (near-miss `failed-validation`), and
+    the whole model is compared with the original; the outcome is `report.validation`. The input
+    is never modified.
     """
+    loaded = _load(model, base_dir)
+    result = _optimize(loaded, target, passes, frozenset(), _name(model))
+    if validation is None:
+        return result
+    checks = validate_module.check_sites(
+        loaded.model, result.model, result.report.sites, validation, loaded.base_dir
+    )
+    failed = frozenset(check.output for check in checks if not check.passed)
+    if failed:
+        result = _optimize(loaded, target, passes, failed, _name(model))
+    report = validate_module.compare_models(
+        loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
+    )
+    report.sites, report.rolled_back = checks, sorted(failed)
+    result.report.validation = report
+    return result
+
+
+def _optimize(
+    loaded: model_io.LoadedModel,
+    target: str,
+    passes: str | list[str] | None,
+    excluded: frozenset[str],
+    name: str | None,
+) -> OptimizeResult:
     from normfuse.passes import select
 
-    loaded = _load(model, base_dir)
     try:
         chosen_target, chosen_passes = Target(target), select(passes)
     except ValueError as error:
@@ -73,6 +104,7 @@ def optimize(
         tensor_types(original),
         chosen_target,
         targets.emissions(original, chosen_target),
+        excluded,
     )
     graph = _import_graph(original)
     nodes_before = len(graph.nodes)
@@ -87,7 +119,7 @@ def optimize(
         _check(optimised, full=chosen_target is Target.ONNX)
     report = Report(
         __version__,
-        _name(model),
+        name,
         None,
         chosen_target.value,
         result.sites,
@@ -99,6 +131,16 @@ def optimize(
         ort_only,
     )
     return OptimizeResult(optimised, report, loaded.base_dir)
+
+
+def validate(
+    original: ModelLike, candidate: ModelLike, options: ValidationOptions | None = None
+) -> validate_module.ValidationReport:
+    """Compare `candidate` with `original` on the same inputs (see `ValidationOptions`)."""
+    before, after = _load(original, None), _load(candidate, None)
+    return validate_module.compare_models(
+        before.model, after.model, options or ValidationOptions(), before.base_dir, after.base_dir
+    )
 
 
 def inspect(

@@ -1,17 +1,21 @@
 """The `normfuse` command line: parse, call the API, print, and choose the exit code.
 
-Exit codes: 0 success; 1 a check failed (`inspect --check` found unfused sites); 2 bad usage or an
-input that cannot be used. Expected errors print one line on stderr, never a traceback.
+Exit codes: 0 success; 1 a check failed (numerics differ, `inspect --check` found unfused sites);
+2 bad usage or an input that cannot be used. Expected errors print one line on stderr, never a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import normfuse
 from normfuse.errors import NormfuseError
+from normfuse.inputs import parse_dims
+from normfuse.sessions import parse_providers
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -45,6 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("-o", "--output", type=Path, help="where to write the optimised model")
     optimize.add_argument("--in-place", action="store_true", help="replace MODEL itself")
     optimize.add_argument("--report", type=Path, help="write the JSON report to this file")
+    optimize.add_argument(
+        "--validate",
+        action="store_true",
+        help="check each site alone (rolling back failures) and the whole model",
+    )
+    _add_validation_options(optimize)
+
+    validate = commands.add_parser("validate", help="compare a candidate with the original")
+    validate.add_argument("original", type=Path)
+    validate.add_argument("candidate", type=Path)
+    validate.add_argument("--report", type=Path, help="write the JSON result to this file")
+    _add_validation_options(validate)
 
     inspect = commands.add_parser(
         "inspect", help="list fusable sites and near-misses; write nothing"
@@ -57,28 +73,79 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_validation_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--providers", default="cpu", help="cpu, cuda or cpu,cuda (default cpu)")
+    sub.add_argument(
+        "--dims",
+        action="append",
+        metavar="NAME=N",
+        help="symbolic dimension sizes; repeatable or comma-separated",
+    )
+    sub.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
+    sub.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    sub.add_argument("--atol", type=float, help="absolute tolerance (default: by output dtype)")
+    sub.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
         if args.command == "optimize":
             return _optimize(args)
+        if args.command == "validate":
+            return _validate(args)
         return _inspect(args)
     except NormfuseError as error:
         print(f"normfuse: error: {error}", file=sys.stderr)
         return EXIT_USAGE
 
 
+def _validation_options(args: argparse.Namespace) -> normfuse.ValidationOptions:
+    return normfuse.ValidationOptions(
+        providers=tuple(parse_providers(args.providers)),
+        dims=parse_dims(args.dims),
+        seed=args.seed,
+        npz=None if args.inputs is None else str(args.inputs),
+        atol=args.atol,
+        rtol=args.rtol,
+    )
+
+
 def _optimize(args: argparse.Namespace) -> int:
     output = _output_path(args)
-    result = normfuse.optimize(args.model, target=args.target, passes=args.passes)
-    result.report.output = str(output)
+    options = _validation_options(args) if args.validate else None
+    result = normfuse.optimize(
+        args.model, target=args.target, passes=args.passes, validation=options
+    )
+    report = result.report
+    if report.validation is not None and not report.validation.passed:
+        print(report.table())
+        print(f"normfuse: validation failed; {output} not written", file=sys.stderr)
+        if args.report:
+            _write_report(args.report, report.to_json())
+        return EXIT_CHECK_FAILED
+    report.output = str(output)
     normfuse.save(result, output)
     if args.report:
-        _write_report(args.report, result.report.to_json())
-    print(result.report.table())
+        _write_report(args.report, report.to_json())
+    print(report.table())
     print(f"wrote {output}")
     return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    report = normfuse.validate(args.original, args.candidate, _validation_options(args))
+    print(report.table())
+    if args.report:
+        data = {
+            "original": str(args.original),
+            "candidate": str(args.candidate),
+            **report.as_dict(),
+        }
+        _write_report(args.report, json.dumps(data, indent=2) + "\n")
+    print("validation passed" if report.passed else "validation FAILED")
+    return EXIT_OK if report.passed else EXIT_CHECK_FAILED
 
 
 def _output_path(args: argparse.Namespace) -> Path:

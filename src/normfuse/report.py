@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from normfuse.rewrite import NearMiss, Site
+from normfuse.validate import ValidationReport
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Report:
     opset_after: int
     ort_only: bool
     notes: list[str] = field(default_factory=list)
+    validation: ValidationReport | None = None
 
     def counts(self) -> dict[str, int]:
         """Nodes before and after, and fused sites per kind."""
@@ -44,6 +46,7 @@ class Report:
             "opset": {"before": self.opset_before, "after": self.opset_after},
             "ort_only": self.ort_only,
             "notes": list(self.notes),
+            **({"validation": self.validation.as_dict()} if self.validation else {}),
         }
 
     def to_json(self) -> str:
@@ -65,4 +68,7 @@ class Report:
         for miss in self.near_misses:
             lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
         lines.extend(self.notes)
+        if self.validation is not None:
+            verdict = "passed" if self.validation.passed else "FAILED"
+            lines.extend(["", f"validation {verdict}:", self.validation.table()])
         return "\n".join(lines)

@@ -23,6 +23,7 @@ from normfuse.targets import Emission, Target
 
 INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
 MAX_ROUNDS = 8
+_EXCLUDED_DETAIL = "the fused node differed from the subgraph when run alone; left decomposed"
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,8 @@ class Context:
     types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
     target: Target
     emissions: dict[str, Emission | None]
+    # Outputs of sites that failed validation: left decomposed, reported as near-misses.
+    excluded: frozenset[str] = frozenset()
 
     def rank(self, tensor: gs.Tensor) -> int | None:
         """The rank of `tensor` when known."""
@@ -189,6 +192,9 @@ def _decide(
         outcome = _escaping_intermediate(found, fusion_pass, graph_outputs)
         if outcome is None:
             outcome = fusion_pass.check(found, context)
+        if isinstance(outcome, Site) and outcome.output in context.excluded:
+            reason = "failed-validation"
+            return NearMiss(outcome.kind, outcome.removed_nodes[-1], reason, _EXCLUDED_DETAIL)
         if outcome is None or isinstance(outcome, Site):
             return outcome
         first_miss = first_miss or outcome

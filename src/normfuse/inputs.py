@@ -1,0 +1,162 @@
+"""Inputs for running a model: from its signature, `--dims`, and an optional `.npz` of overrides.
+
+Symbolic dimensions take their value from `dims`; a batch-like one (named like `batch`, or the
+unnamed first axis) defaults to 1 and the default is reported; any other undecided dimension is an
+error that names it. Float inputs are drawn from a seeded normal distribution; integer inputs that
+index a `Gather` (token, position and token-type ids) are drawn inside the indexed table; masks are
+all ones; booleans are true. `.npz` arrays replace generated ones, checked for name, dtype and
+shape.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from normfuse.errors import NormfuseError
+
+_BATCH_LIKE = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
+# Ops an index may pass through on its way to a Gather.
+_INDEX_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
+    """`["batch=1", "sequence=128,past=0"]` -> `{"batch": 1, "sequence": 128, "past": 0}`."""
+    dims: dict[str, int] = {}
+    for value in values or []:
+        for item in value.split(","):
+            name, sep, number = item.strip().partition("=")
+            if not sep or not name or not number.strip().isdigit():
+                raise NormfuseError(f"--dims takes NAME=N (N >= 0), got {item.strip()!r}")
+            dims[name.strip()] = int(number)
+    return dims
+
+
+def make_inputs(
+    model: onnx.ModelProto,
+    dims: dict[str, int] | None = None,
+    seed: int = 0,
+    npz: str | os.PathLike | None = None,
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Feeds for every graph input of `model`, and notes on the defaults taken."""
+    rng = np.random.default_rng(seed)
+    overrides = _load_npz(npz) if npz else {}
+    notes: list[str] = []
+    signature = graph_inputs(model)
+    unknown = sorted(set(overrides) - {info.name for info in signature})
+    if unknown:
+        raise NormfuseError(f"--inputs has arrays for unknown inputs: {', '.join(unknown)}")
+    tables = _gather_table_sizes(model)
+    feeds = {}
+    for info in signature:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)
+        if info.name in overrides:
+            feeds[info.name] = _checked_override(info, dtype, overrides[info.name])
+            continue
+        shape = _concrete_shape(info, dims or {}, notes)
+        feeds[info.name] = _generate(info.name, dtype, shape, tables.get(info.name), rng, notes)
+    return feeds, notes
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs that are not initializers (what a caller must feed)."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    return [info for info in model.graph.input if info.name not in initializers]
+
+
+def _load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    if not Path(path).is_file():
+        raise NormfuseError(f"--inputs {path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError) as error:
+        raise NormfuseError(f"--inputs {path}: not a readable .npz file ({error})") from None
+
+
+def _checked_override(info: onnx.ValueInfoProto, dtype: np.dtype, array: np.ndarray) -> np.ndarray:
+    if array.dtype != dtype:
+        raise NormfuseError(f"--inputs {info.name!r} is {array.dtype}, the model expects {dtype}")
+    dims = info.type.tensor_type.shape.dim
+    if len(dims) != array.ndim or any(
+        dim.HasField("dim_value") and dim.dim_value != size
+        for dim, size in zip(dims, array.shape, strict=True)
+    ):
+        expected = [
+            dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in dims
+        ]
+        raise NormfuseError(
+            f"--inputs {info.name!r} has shape {list(array.shape)}, expected {expected}"
+        )
+    return array
+
+
+def _concrete_shape(info: onnx.ValueInfoProto, dims: dict[str, int], notes: list[str]) -> list[int]:
+    shape = []
+    for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            shape.append(dim.dim_value)
+        elif dim.dim_param in dims:
+            shape.append(dims[dim.dim_param])
+        elif _BATCH_LIKE.search(dim.dim_param or "") or (not dim.dim_param and axis == 0):
+            label = dim.dim_param or f"axis 0 of {info.name!r}"
+            note = f"{label} defaulted to 1 (set it with --dims)"
+            if note not in notes:
+                notes.append(note)
+            shape.append(1)
+        else:
+            label = repr(dim.dim_param) if dim.dim_param else f"unnamed axis {axis}"
+            raise NormfuseError(
+                f"input {info.name!r}: dimension {label} is not known; set it with --dims "
+                f"{dim.dim_param or 'NAME'}=N"
+            )
+    return shape
+
+
+def _generate(name, dtype, shape, table: int | None, rng, notes: list[str]) -> np.ndarray:
+    if np.issubdtype(dtype, np.floating):
+        return rng.normal(0.0, 1.0, shape).astype(dtype)
+    if dtype == np.bool_:
+        return np.ones(shape, dtype)
+    if "mask" in name.lower():
+        return np.ones(shape, dtype)
+    if table is not None:
+        return rng.integers(0, table, shape).astype(dtype)
+    notes.append(f"{name!r}: integer input indexes no table; filled with zeros (use --inputs)")
+    return np.zeros(shape, dtype)
+
+
+def _gather_table_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """For graph inputs used (through casts and reshapes) as Gather indices: the table's size
+    along the gathered axis, when the table is an initializer."""
+    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    sizes = {}
+    for info in graph_inputs(model):
+        size = _table_size(info.name, consumers, initializers, depth=4)
+        if size is not None:
+            sizes[info.name] = size
+    return sizes
+
+
+def _table_size(name: str, consumers, initializers, depth: int) -> int | None:
+    found = []
+    for node in consumers.get(name, []):
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
+            table = initializers.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if table is not None:
+                found.append(table.dims[axis])
+        elif node.op_type in _INDEX_PASSTHROUGH and depth > 0 and node.input[0] == name:
+            size = _table_size(node.output[0], consumers, initializers, depth - 1)
+            if size is not None:
+                found.append(size)
+    return min(found) if found else None

@@ -1,0 +1,78 @@
+"""ONNX Runtime sessions on named execution providers, with no silent fallback.
+
+`cpu` and `cuda` name the CPU and CUDA execution providers. A provider that is not installed is
+an error that says how to get it, and a session that ONNX Runtime quietly moved to another
+provider is an error too: a CUDA measurement that ran on the CPU is worse than none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+
+from normfuse.errors import NormfuseError
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+_EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+
+
+def parse_providers(text: str | list[str] | None) -> list[str]:
+    """Provider short names from `cpu,cuda` (default: cpu), checked against what is installed."""
+    names = text if isinstance(text, list) else (text or "cpu").split(",")
+    names = [name.strip().lower() for name in names if name.strip()]
+    unknown = [name for name in names if name not in PROVIDERS]
+    if unknown or not names:
+        raise NormfuseError(
+            f"unknown provider {', '.join(unknown) or '(none)'}; use cpu and/or cuda"
+        )
+    available = ort.get_available_providers()
+    for name in names:
+        if PROVIDERS[name] not in available:
+            raise NormfuseError(
+                f"{PROVIDERS[name]} is not available in this onnxruntime ({ort.__version__}); "
+                "for CUDA install onnxruntime-gpu instead of onnxruntime "
+                "(pip uninstall -y onnxruntime && pip install onnxruntime-gpu)"
+            )
+    return list(dict.fromkeys(names))
+
+
+def create(
+    model: onnx.ModelProto | str | Path,
+    provider: str,
+    level: str = "disable",
+    base_dir: Path | None = None,
+    threads: int | None = None,
+) -> ort.InferenceSession:
+    """A session for `model` on `provider` (short name) at optimisation `level`.
+
+    A `ModelProto` whose weights are in external data reads them from `base_dir`.
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = LEVELS[level]
+    options.log_severity_level = 3
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    if base_dir is not None:
+        options.add_session_config_entry(_EXTERNAL_FOLDER_KEY, str(base_dir))
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    try:
+        session = ort.InferenceSession(source, options, providers=[PROVIDERS[provider]])
+    except Exception as error:
+        raise NormfuseError(f"ONNX Runtime cannot load the model: {_first_line(error)}") from None
+    actual = session.get_providers()[0]
+    if actual != PROVIDERS[provider]:
+        raise NormfuseError(f"ONNX Runtime put the session on {actual}, not {PROVIDERS[provider]}")
+    return session
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,109 @@
+"""Cut one fused site out of a model, so it can be run and checked on its own, and convert small
+models to float64 for a reference run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+FLOAT_ELEM_TYPES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.BFLOAT16}
+
+
+def extract(
+    model: onnx.ModelProto,
+    input_name: str,
+    output_name: str,
+    types: tuple[int, int],
+    input_shape: list[int],
+    base_dir: Path | None,
+) -> onnx.ModelProto | None:
+    """The nodes computing `output_name` from `input_name` and constants, as a model with one
+    input and one output (`types`: their element types); None when the output depends on anything
+    else."""
+    graph = model.graph
+    producers = {name: node for node in graph.node for name in node.output}
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    needed_nodes: set[int] = set()
+    needed_initializers: set[str] = set()
+    stack, seen = [output_name], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name in (input_name, ""):
+            continue
+        seen.add(name)
+        if name in initializers:
+            needed_initializers.add(name)
+            continue
+        node = producers.get(name)
+        if node is None or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in node.attribute
+        ):
+            return None
+        needed_nodes.add(id(node))
+        stack.extend(node.input)
+    nodes = [node for node in graph.node if id(node) in needed_nodes]
+    tensors = [_loaded(initializers[name], base_dir) for name in sorted(needed_initializers)]
+    input_type, output_type = types
+    site_graph = onnx.helper.make_graph(
+        nodes,
+        f"site_{output_name}",
+        [onnx.helper.make_tensor_value_info(input_name, input_type, input_shape)],
+        [onnx.helper.make_tensor_value_info(output_name, output_type, None)],
+        tensors,
+    )
+    site = onnx.helper.make_model(site_graph, opset_imports=list(model.opset_import))
+    site.ir_version = model.ir_version
+    return site
+
+
+def _loaded(tensor: onnx.TensorProto, base_dir: Path | None) -> onnx.TensorProto:
+    """`tensor` with its external data read into it (a copy; the model is not changed)."""
+    if not uses_external_data(tensor):
+        return tensor
+    copy = onnx.TensorProto()
+    copy.CopyFrom(tensor)
+    load_external_data_for_tensor(copy, str(base_dir))
+    del copy.external_data[:]
+    copy.data_location = onnx.TensorProto.DEFAULT
+    return copy
+
+
+def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A float64 copy of a model whose floats are float16/float32 (initializers, declared types,
+    `Cast` targets, `Constant` values), for a reference run. Its weights must be in memory."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    for tensor in graph.initializer:
+        if tensor.data_type in FLOAT_ELEM_TYPES:
+            tensor.CopyFrom(_float64_tensor(tensor))
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        if info.type.tensor_type.elem_type in FLOAT_ELEM_TYPES:
+            info.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    for node in graph.node:
+        for attribute in node.attribute:
+            if (
+                node.op_type == "Cast"
+                and attribute.name == "to"
+                and attribute.i in FLOAT_ELEM_TYPES
+            ):
+                attribute.i = onnx.TensorProto.DOUBLE
+            if attribute.HasField("t") and attribute.t.data_type in FLOAT_ELEM_TYPES:
+                attribute.t.CopyFrom(_float64_tensor(attribute.t))
+        if node.op_type == "Constant" and node.attribute[0].name in ("value_float", "value_floats"):
+            value = onnx.helper.get_attribute_value(node.attribute[0])
+            array = np.asarray(value, dtype=np.float64)
+            del node.attribute[:]
+            node.attribute.append(
+                onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(array))
+            )
+    return copy
+
+
+def _float64_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    array = onnx.numpy_helper.to_array(tensor).astype(np.float64)
+    return onnx.numpy_helper.from_array(array, tensor.name)

@@ -1,0 +1,252 @@
+"""Prove a rewrite: the original and the candidate on the same inputs, per provider and level, and
+each fused site on its own with adversarial rows.
+
+Whole-model runs use ONNX Runtime with graph optimisations disabled (comparing the graphs
+themselves) and again at its default level. A float64 run of the original serves as a reference
+where the model can be converted (weights in memory, float16/float32 only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from normfuse import sessions
+from normfuse.compare import OutputComparison, compare_output
+from normfuse.errors import NormfuseError
+from normfuse.inputs import make_inputs
+from normfuse.model_io import external_tensors
+from normfuse.rewrite import Site
+from normfuse.shapes import tensor_types
+from normfuse.subgraph import as_float64, extract
+
+WHOLE_MODEL_LEVELS = ("disable", "all")
+SITE_ROWS = 8
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    """How to validate: providers (short names), inputs, tolerances (None: dtype defaults)."""
+
+    providers: tuple[str, ...] = ("cpu",)
+    dims: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+    npz: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Every output compared on one provider at one optimisation level."""
+
+    provider: str
+    level: str
+    outputs: tuple[OutputComparison, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when every output is within tolerance."""
+        return all(output.passed for output in self.outputs)
+
+    def as_dict(self) -> dict:
+        """The JSON form."""
+        return {
+            "provider": self.provider,
+            "level": self.level,
+            "passed": self.passed,
+            "outputs": [output.as_dict() for output in self.outputs],
+        }
+
+
+@dataclass(frozen=True)
+class SiteCheck:
+    """One fused site run alone against its original subgraph on one provider."""
+
+    output: str
+    kind: str
+    provider: str
+    comparison: OutputComparison | None
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """True when the site matched (or could not be isolated, which `note` says)."""
+        return self.comparison is None or self.comparison.passed
+
+    def as_dict(self) -> dict:
+        """The JSON form."""
+        return {
+            "output": self.output,
+            "kind": self.kind,
+            "provider": self.provider,
+            "passed": self.passed,
+            "comparison": None if self.comparison is None else self.comparison.as_dict(),
+            "note": self.note,
+        }
+
+
+@dataclass
+class ValidationReport:
+    """Whole-model comparisons, per-site checks, and notes on inputs and references."""
+
+    runs: list[RunComparison]
+    sites: list[SiteCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when every run passed and every site kept in the model passed alone."""
+        kept_sites = [site for site in self.sites if site.output not in self.rolled_back]
+        return all(run.passed for run in self.runs) and all(site.passed for site in kept_sites)
+
+    def as_dict(self) -> dict:
+        """The JSON form (the report's `validation`)."""
+        return {
+            "passed": self.passed,
+            "runs": [run.as_dict() for run in self.runs],
+            "sites": [site.as_dict() for site in self.sites],
+            "rolled_back": list(self.rolled_back),
+            "notes": list(self.notes),
+        }
+
+    def table(self) -> str:
+        """One line per provider, level and output; then failing sites."""
+        lines = [f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>11}{'max rel':>11}  result"]
+        for run in self.runs:
+            for out in run.outputs:
+                verdict = "ok" if out.passed else f"FAIL {out.detail}"
+                lines.append(
+                    f"{run.provider:<9}{run.level:<9}{out.output[:31]:<32}"
+                    f"{out.max_abs:>11.3g}{out.max_rel:>11.3g}  {verdict}"
+                )
+        for site in self.sites:
+            if not site.passed:
+                action = "rolled back" if site.output in self.rolled_back else "FAIL"
+                lines.append(
+                    f"site {site.output!r} ({site.kind}) on {site.provider}: {action}: "
+                    f"{site.comparison.detail}"
+                )
+        checked = sum(1 for site in self.sites if site.comparison is not None)
+        if self.sites:
+            lines.append(f"sites checked alone: {checked} of {len(self.sites)} (site x provider)")
+        lines.extend(f"note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def compare_models(
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    options: ValidationOptions,
+    original_dir: Path | None = None,
+    candidate_dir: Path | None = None,
+) -> ValidationReport:
+    """Run both models on the same inputs on each provider and level; compare every output."""
+    _check_same_signature(original, candidate)
+    feeds, notes = make_inputs(original, options.dims, options.seed, options.npz)
+    reference, reference_note = _float64_reference(original, feeds)
+    notes.append(reference_note)
+    names = [info.name for info in original.graph.output]
+    runs = []
+    for provider in options.providers:
+        for level in WHOLE_MODEL_LEVELS:
+            expected = sessions.create(original, provider, level, original_dir).run(None, feeds)
+            actual = sessions.create(candidate, provider, level, candidate_dir).run(None, feeds)
+            outputs = tuple(
+                compare_output(
+                    name,
+                    e,
+                    a,
+                    options.atol,
+                    options.rtol,
+                    None if reference is None else reference[index],
+                )
+                for index, (name, e, a) in enumerate(zip(names, expected, actual, strict=True))
+            )
+            runs.append(RunComparison(provider, level, outputs))
+    return ValidationReport(runs, notes=notes)
+
+
+def _check_same_signature(original: onnx.ModelProto, candidate: onnx.ModelProto) -> None:
+    for field_name in ("input", "output"):
+        before = [info.name for info in getattr(original.graph, field_name)]
+        after = [info.name for info in getattr(candidate.graph, field_name)]
+        if before != after:
+            raise NormfuseError(f"the models' graph {field_name}s differ: {before} vs {after}")
+
+
+def _float64_reference(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> tuple[list[np.ndarray] | None, str]:
+    if next(external_tensors(model), None) is not None:
+        return None, "no float64 reference: weights are in external data"
+    wide = as_float64(model)
+    wide_feeds = {
+        name: value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else value
+        for name, value in feeds.items()
+    }
+    try:
+        return sessions.create(wide, "cpu").run(None, wide_feeds), "float64 reference: CPU"
+    except Exception as error:
+        return None, f"no float64 reference: {str(error).splitlines()[0][:120]}"
+
+
+def check_sites(
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    sites: list[Site],
+    options: ValidationOptions,
+    base_dir: Path | None = None,
+) -> list[SiteCheck]:
+    """Run each fused site and its original subgraph alone, on random and adversarial rows."""
+    types = tensor_types(original)
+    checks = []
+    for site in sites:
+        elem_type, shape = types.get(site.input, (None, None))
+        if elem_type is None or shape is None:
+            checks.extend(
+                SiteCheck(site.output, site.kind, p, None, "input type unknown")
+                for p in options.providers
+            )
+            continue
+        concrete = [dim if isinstance(dim, int) else options.dims.get(dim, 1) for dim in shape]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        x = site_rows(concrete, site.axis, dtype, options.seed)
+        io_types = (elem_type, types.get(site.output, (elem_type,))[0])
+        before = extract(original, site.input, site.output, io_types, list(x.shape), base_dir)
+        after = extract(candidate, site.input, site.output, io_types, list(x.shape), base_dir)
+        if before is None or after is None:
+            checks.extend(
+                SiteCheck(site.output, site.kind, p, None, "could not isolate the site")
+                for p in options.providers
+            )
+            continue
+        for provider in options.providers:
+            expected = sessions.create(before, provider).run(None, {site.input: x})[0]
+            actual = sessions.create(after, provider).run(None, {site.input: x})[0]
+            comparison = compare_output(site.output, expected, actual, options.atol, options.rtol)
+            checks.append(SiteCheck(site.output, site.kind, provider, comparison))
+    return checks
+
+
+def site_rows(shape: list[int], axis: int, dtype: np.dtype, seed: int) -> np.ndarray:
+    """Inputs for one site: random rows plus adversarial ones (constant, large, small, outlier).
+
+    Leading dims are enlarged so there are at least `SITE_ROWS` rows to fill.
+    """
+    rng = np.random.default_rng(seed)
+    leading, normalised = list(shape[:axis]), list(shape[axis:])
+    count = int(np.prod(leading)) if leading else 1
+    if count < SITE_ROWS:
+        leading[0] *= -(-SITE_ROWS // count)
+    rows = rng.normal(1.0, 2.0, (int(np.prod(leading)), int(np.prod(normalised))))
+    large = 50.0 if dtype == np.float16 else 1e3
+    rows[0] = 0.5  # constant row: zero variance
+    rows[1] *= large
+    rows[2] *= 1e-3
+    rows[3, rng.integers(rows.shape[1])] = 100.0 * np.abs(rows[3]).max()  # one outlier
+    return rows.reshape(leading + normalised).astype(dtype)

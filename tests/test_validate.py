@@ -1,0 +1,233 @@
+"""Validation: wrong candidates are caught and named, failing sites are rolled back, inputs and
+providers behave as documented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import normfuse
+from models.builders import LayerNormSpec, RmsNormSpec, norm_model
+from normfuse import norm_checks, sessions
+from normfuse.cli import main
+from normfuse.compare import compare_output
+from normfuse.inputs import make_inputs, parse_dims
+from normfuse.validate import ValidationOptions, check_sites
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def fused_pair(
+    spec: LayerNormSpec | None = None, layers: int = 2
+) -> tuple[onnx.ModelProto, normfuse.OptimizeResult]:
+    original = norm_model(spec or LayerNormSpec(), layers=layers)
+    return original, normfuse.optimize(original)
+
+
+def mutate(model: onnx.ModelProto, how: str, index: int = 0) -> onnx.ModelProto:
+    """A copy of a fused model with its `index`-th fused node made wrong."""
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    fused = [n for n in wrong.graph.node if n.op_type.endswith("Normalization")][index]
+    if how == "epsilon_x100":
+        epsilon = next(a for a in fused.attribute if a.name == "epsilon")
+        epsilon.f *= 100
+    elif how == "gamma_permuted":
+        scale = next(t for t in wrong.graph.initializer if t.name == fused.input[1])
+        array = onnx.numpy_helper.to_array(scale)
+        scale.CopyFrom(onnx.numpy_helper.from_array(array[..., ::-1].copy(), scale.name))
+    elif how == "wrong_axis":
+        axis = next(a for a in fused.attribute if a.name == "axis")
+        axis.i = -2
+        scale = next(t for t in wrong.graph.initializer if t.name == fused.input[1])
+        array = onnx.numpy_helper.to_array(scale)
+        scale.CopyFrom(
+            onnx.numpy_helper.from_array(np.ones((7, 32), array.dtype) * array, scale.name)
+        )
+    return wrong
+
+
+@pytest.mark.parametrize("how", ["epsilon_x100", "gamma_permuted", "wrong_axis"])
+def test_whole_model_validation_catches_wrong_candidate(how: str) -> None:
+    original, result = fused_pair(LayerNormSpec(bias=how != "wrong_axis"))
+    assert normfuse.validate(original, result.model).passed
+    report = normfuse.validate(original, mutate(result.model, how))
+    assert not report.passed
+    failing = [out for run in report.runs for out in run.outputs if not out.passed]
+    assert failing and "exceeds" in failing[0].detail
+
+
+@pytest.mark.parametrize("how", ["epsilon_x100", "gamma_permuted"])
+def test_site_validation_names_the_wrong_site(how: str) -> None:
+    original, result = fused_pair()
+    wrong = mutate(result.model, how, index=1)
+    checks = check_sites(original, wrong, result.report.sites, ValidationOptions())
+    failed = [check.output for check in checks if not check.passed]
+    assert failed == [result.report.sites[1].output]
+
+
+def test_failing_site_is_rolled_back_and_the_rest_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = norm_model(RmsNormSpec(), layers=3)
+    honest = normfuse.optimize(original)
+    target = honest.report.sites[1].output
+    real_epsilon = norm_checks.epsilon
+
+    def wrong_for_one_site(match, context):
+        value = real_epsilon(match, context)
+        return value * 1e4 if match.root.name == target else value
+
+    monkeypatch.setattr(norm_checks, "epsilon", wrong_for_one_site)
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.output for site in result.report.sites] == [
+        s.output for s in honest.report.sites if s.output != target
+    ]
+    assert [miss.reason for miss in result.report.near_misses] == ["failed-validation"]
+    assert result.report.validation.rolled_back == [target]
+    assert result.report.validation.passed
+    assert normfuse.validate(original, result.model).passed
+
+
+def test_optimize_validate_cli_writes_report_with_validation(tmp_path: Path) -> None:
+    out, report = tmp_path / "fused.onnx", tmp_path / "report.json"
+    args = [
+        "optimize",
+        str(MODELS_DIR / "real/bert_opset16.onnx"),
+        "-o",
+        str(out),
+        "--validate",
+        "--dims",
+        "sequence=16",
+        "--report",
+        str(report),
+    ]
+    assert main(args) == 0
+    data = json.loads(report.read_text())
+    assert data["validation"]["passed"]
+    assert {run["level"] for run in data["validation"]["runs"]} == {"disable", "all"}
+    assert len(data["validation"]["sites"]) == 5
+
+
+def test_validate_cli_exit_codes(tmp_path: Path, capsys) -> None:
+    original, result = fused_pair()
+    paths = {name: tmp_path / f"{name}.onnx" for name in ("original", "good", "bad")}
+    onnx.save(original, paths["original"])
+    onnx.save(result.model, paths["good"])
+    onnx.save(mutate(result.model, "epsilon_x100"), paths["bad"])
+    assert main(["validate", str(paths["original"]), str(paths["good"])]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                str(paths["original"]),
+                str(paths["bad"]),
+                "--report",
+                str(tmp_path / "v.json"),
+            ]
+        )
+        == 1
+    )
+    assert "validation FAILED" in capsys.readouterr().out
+    assert json.loads((tmp_path / "v.json").read_text())["passed"] is False
+
+
+def test_compare_output_rules() -> None:
+    base = np.array([1.0, 2.0, 3.0], np.float32)
+    assert compare_output("y", base, base + 1e-6).passed
+    assert not compare_output("y", base, base + 1e-2).passed
+    assert compare_output("y", base, base + 1e-2, atol=0.1).passed
+    with_nan = base.copy()
+    with_nan[1] = np.nan
+    result = compare_output("y", base, with_nan)
+    assert not result.passed and "NaN/Inf" in result.detail
+    assert compare_output("y", with_nan, with_nan).passed
+    ints = np.array([1, 2, 3])
+    assert compare_output("i", ints, ints.copy()).passed
+    assert not compare_output("i", ints, ints + np.array([0, 0, 1])).passed
+    half = base.astype(np.float16)
+    assert compare_output("h", half, half + np.float16(5e-3)).passed
+
+
+def test_inputs_from_signature_dims_and_tables() -> None:
+    model = onnx.load(MODELS_DIR / "real/gpt2_opset14.onnx")
+    feeds, notes = make_inputs(model, parse_dims(["sequence=16"]), seed=3)
+    assert feeds["input_ids"].shape == (1, 16)
+    assert feeds["input_ids"].max() < 512 and feeds["input_ids"].min() >= 0
+    assert feeds["position_ids"].max() < 64
+    assert np.all(feeds["attention_mask"] == 1)
+    assert any("batch" in note for note in notes)
+    with pytest.raises(normfuse.NormfuseError, match="--dims sequence=N"):
+        make_inputs(model, {}, seed=3)
+
+
+def test_parse_dims_forms_and_errors() -> None:
+    assert parse_dims(["batch=1", "sequence=128,past=0"]) == {
+        "batch": 1,
+        "sequence": 128,
+        "past": 0,
+    }
+    for bad in ("batch", "batch=x", "=3", "batch=-1"):
+        with pytest.raises(normfuse.NormfuseError, match="NAME=N"):
+            parse_dims([bad])
+
+
+def test_npz_overrides_are_checked(tmp_path: Path) -> None:
+    model = norm_model(LayerNormSpec())
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.full((2, 7, 32), 3.0, np.float32))
+    feeds, _ = make_inputs(model, {}, npz=good)
+    assert np.all(feeds["x"] == 3.0)
+    cases = {
+        "unknown": ({"y": np.zeros((2, 7, 32), np.float32)}, "unknown inputs"),
+        "dtype": ({"x": np.zeros((2, 7, 32), np.float64)}, "float64"),
+        "shape": ({"x": np.zeros((2, 7, 16), np.float32)}, "shape"),
+    }
+    for name, (arrays, message) in cases.items():
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **arrays)
+        with pytest.raises(normfuse.NormfuseError, match=message):
+            make_inputs(model, {}, npz=path)
+
+
+def test_cuda_request_without_cuda_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    with pytest.raises(normfuse.NormfuseError, match="onnxruntime-gpu"):
+        sessions.parse_providers("cpu,cuda")
+    with pytest.raises(normfuse.NormfuseError, match="unknown provider"):
+        sessions.parse_providers("tpu")
+
+
+def test_provider_selection_accepts_cuda_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    assert sessions.parse_providers("CPU, cuda,cpu") == ["cpu", "cuda"]
+
+
+def test_silent_fallback_to_cpu_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FallbackSession:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def get_providers(self) -> list[str]:
+            return ["CPUExecutionProvider"]
+
+    monkeypatch.setattr(ort, "InferenceSession", FallbackSession)
+    with pytest.raises(normfuse.NormfuseError, match="not CUDAExecutionProvider"):
+        sessions.create(norm_model(LayerNormSpec()), "cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="CUDAExecutionProvider not available (install onnxruntime-gpu on a CUDA machine)",
+)
+def test_validates_on_cuda() -> None:
+    original, result = fused_pair()
+    report = normfuse.validate(original, result.model, ValidationOptions(providers=("cpu", "cuda")))
+    assert report.passed
+    assert {run.provider for run in report.runs} == {"cpu", "cuda"}
