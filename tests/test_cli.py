@@ -160,3 +160,60 @@ def test_bad_usage_is_exit_2(capsys) -> None:
     assert raised.value.code == 2
     assert main(["optimize", str(BERT), "-o", "x.onnx", "--passes", "nope"]) == 2
     assert "unknown pass" in capsys.readouterr().err
+
+
+def malformed_models() -> dict[str, onnx.ModelProto]:
+    """Models that parse but cannot be rewritten safely, keyed by the problem."""
+    from onnx import helper
+
+    def model(nodes, opset=17, outputs=("y",)):
+        graph = helper.make_graph(
+            nodes,
+            "bad",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [2]) for name in outputs],
+        )
+        built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        built.ir_version = 8
+        return built
+
+    relu = helper.make_node
+    return {
+        "cycle": model(
+            [
+                relu("Relu", ["b"], ["a"], name="n1"),
+                relu("Relu", ["a"], ["b"], name="n2"),
+                relu("Relu", ["b"], ["y"], name="n3"),
+            ]
+        ),
+        "unproduced": model([relu("Add", ["x", "ghost"], ["y"], name="add")]),
+        "duplicate_output": model(
+            [relu("Relu", ["x"], ["y"], name="a"), relu("Relu", ["x"], ["y"], name="b")]
+        ),
+        "unknown_domain": model([relu("Fancy", ["x"], ["y"], name="f", domain="com.example")]),
+        "opset_too_new": model([relu("Relu", ["x"], ["y"], name="r")], opset=999),
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("cycle", "cycle"),
+        ("unproduced", "nothing produces"),
+        ("duplicate_output", "produced twice"),
+        ("unknown_domain", "not imported"),
+        ("opset_too_new", "upgrade onnx"),
+    ],
+)
+def test_malformed_graph_is_one_line_and_exit_2(case: str, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(malformed_models()[case].SerializeToString())
+    done = subprocess.run(
+        [sys.executable, "-m", "normfuse", "optimize", str(path), "-o", str(tmp_path / "o.onnx")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "o.onnx").exists()

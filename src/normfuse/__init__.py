@@ -21,6 +21,7 @@ from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError
 from normfuse.report import Report
 from normfuse.shapes import tensor_types
+from normfuse.structure import check_structure
 from normfuse.targets import Target
 from normfuse.validate import ValidationOptions
 
@@ -166,8 +167,11 @@ def save(
 
 def _load(model: ModelLike, base_dir: str | os.PathLike | None) -> model_io.LoadedModel:
     if isinstance(model, onnx.ModelProto):
-        return model_io.LoadedModel(model, Path(base_dir).resolve() if base_dir else None)
-    return model_io.load(model)
+        loaded = model_io.LoadedModel(model, Path(base_dir).resolve() if base_dir else None)
+    else:
+        loaded = model_io.load(model)
+    check_structure(loaded.model)
+    return loaded
 
 
 def _name(model: ModelLike) -> str | None:
