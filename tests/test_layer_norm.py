@@ -166,3 +166,54 @@ def test_rejects_epsilon_that_broadcasts_to_a_higher_rank() -> None:
     assert [miss.reason for miss in result.report.near_misses] == ["broadcast-shape"]
     feeds = random_inputs(original, seed=11)
     assert run(original, feeds)[0].ndim == 4
+
+
+def if_model_with_norm_in_branch() -> onnx.ModelProto:
+    """`y = If(cond, then: LN(x) (decomposed, reading outer x), else: Identity(x))`."""
+    from onnx import helper
+
+    from models.builders import GraphBuilder, add_layer_norm
+
+    shape = (2, 7, 32)
+    b = GraphBuilder(17)
+    normed = add_layer_norm(b, "x", shape, LayerNormSpec(), np.random.default_rng(0))
+    b.nodes.append(helper.make_node("Identity", [normed], ["then_out"]))
+    float_type = onnx.TensorProto.FLOAT
+    then_branch = helper.make_graph(
+        b.nodes,
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_out", float_type, list(shape))],
+        b.initializers,
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["else_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("else_out", float_type, list(shape))],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        "if_model",
+        [
+            helper.make_tensor_value_info("x", float_type, list(shape)),
+            helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", float_type, list(shape))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_fuses_inside_if_branch_reading_outer_scope() -> None:
+    original = if_model_with_norm_in_branch()
+    result = normfuse.optimize(original)
+    assert len(result.report.sites) == 1
+    then_branch = next(a.g for a in result.model.graph.node[0].attribute if a.name == "then_branch")
+    assert [node.op_type for node in then_branch.node] == ["LayerNormalization", "Identity"]
+    onnx.checker.check_model(result.model, full_check=True)
+    x = np.random.default_rng(12).normal(1.0, 2.0, (2, 7, 32)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL

@@ -141,17 +141,19 @@ class RunResult:
 
 
 def run(graph: gs.Graph, passes: Sequence[FusionPass], context: Context) -> RunResult:
-    """Apply `passes` to `graph` until nothing more fuses; the graph is changed in place."""
+    """Apply `passes` to `graph` and the bodies of its If/Loop/Scan nodes until nothing more
+    fuses; the graph is changed in place."""
     result = RunResult()
     for _ in range(MAX_ROUNDS):
         fused_this_round = 0
         near_misses: list[NearMiss] = []
         for fusion_pass in passes:
-            sites, misses = find_sites(graph, fusion_pass, context)
-            apply_sites(graph, sites)
-            result.sites.extend(sites)
-            near_misses.extend(misses)
-            fused_this_round += len(sites)
+            for scope in [graph, *graph.subgraphs(recursive=True)]:
+                sites, misses = find_sites(scope, fusion_pass, context)
+                apply_sites(scope, sites)
+                result.sites.extend(sites)
+                near_misses.extend(misses)
+                fused_this_round += len(sites)
         result.near_misses = near_misses
         if not fused_this_round:
             break

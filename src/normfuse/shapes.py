@@ -17,12 +17,21 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
     except Exception:
         inferred = model
-    graph = inferred.graph
     types: dict[str, TensorType] = {}
+    _collect(inferred.graph, types)
+    return types
+
+
+def _collect(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
+    """Declared and inferred types of `graph` and of its subgraphs (If/Loop/Scan bodies)."""
     for info in [*graph.input, *graph.value_info, *graph.output]:
         if info.type.HasField("tensor_type"):
             types[info.name] = _tensor_type(info.type.tensor_type)
-    return types
+    for node in graph.node:
+        for attribute in node.attribute:
+            subgraphs = [attribute.g] if attribute.HasField("g") else []
+            for subgraph in [*subgraphs, *attribute.graphs]:
+                _collect(subgraph, types)
 
 
 def _tensor_type(tensor_type: onnx.TypeProto.Tensor) -> TensorType:
