@@ -112,3 +112,31 @@ def test_failed_save_leaves_existing_output_and_no_temp_files(tmp_path: Path) ->
         normfuse.save(result, out)
     assert out.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx", "in"]
+
+
+def test_output_in_the_source_folder_references_its_data(tmp_path: Path) -> None:
+    source = save_external(tmp_path)
+    weights = tmp_path / "weights.bin"
+    before = (weights.stat().st_mtime_ns, hashlib.sha256(weights.read_bytes()).hexdigest())
+    out = tmp_path / "fused.onnx"
+    normfuse.save(normfuse.optimize(source), out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx", "m.onnx", "weights.bin"]
+    assert (weights.stat().st_mtime_ns, hashlib.sha256(weights.read_bytes()).hexdigest()) == before
+    locations = {
+        entry.value
+        for tensor in model_io.external_tensors(onnx.load(out, load_external_data=False))
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    assert locations == {"weights.bin"}
+    original = onnx.load(source)
+    assert max_abs_diff(original, onnx.load(out), random_inputs(original, seed=7)) <= FLOAT32_ATOL
+
+
+def test_in_place_with_external_data_keeps_the_data_file(tmp_path: Path) -> None:
+    from normfuse.cli import main
+
+    source = save_external(tmp_path)
+    assert main(["optimize", str(source), "--in-place"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "weights.bin"]
+    assert op_counts(onnx.load(source))["LayerNormalization"] == 2

@@ -3,7 +3,9 @@
 Loading never reads external weights into memory: tensors stored in external data keep their
 `external_data` entries, each entry's location is checked to stay inside the model's folder, and
 the file must hold the declared bytes. Saving writes to a temporary file in the destination folder
-and renames it into place; external data is streamed, in chunks, into one file beside the output.
+and renames it into place. External data is referenced where it is when the output goes into the
+source folder (nothing is rewritten); elsewhere it is streamed, in chunks, into one file beside the
+output. Tensors normfuse creates (fused scales and biases) are small and stored inline.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def _nbytes(tensor: onnx.TensorProto) -> int | None:
 def save(
     model: onnx.ModelProto, path: str | os.PathLike, base_dir: str | os.PathLike | None = None
 ) -> None:
-    """Write `model` to `path` atomically; external data (read from `base_dir`) goes beside it."""
+    """Write `model` to `path` atomically; external data (in `base_dir`) is referenced in place
+    when `path` is in `base_dir`, else streamed into `<path>.data` beside it."""
     path = Path(path)
     folder = path.resolve().parent
     if not folder.is_dir():
@@ -122,7 +125,11 @@ def save(
         if tensors:
             if base_dir is None:
                 raise NormfuseError("model uses external data but its source folder is unknown")
-            data_tmp = _write_external_data(tensors, Path(base_dir), folder, data_name)
+            if Path(base_dir).resolve() == folder:
+                for tensor in tensors:  # same folder: reference the data in place, write none
+                    check_external_location(tensor, folder)
+            else:
+                data_tmp = _write_external_data(tensors, Path(base_dir), folder, data_name)
         model_tmp = _write_temp(folder, path.name, model.SerializeToString())
         if data_tmp is not None:
             os.replace(data_tmp, folder / data_name)
