@@ -191,9 +191,9 @@ def _decide(
     group = sorted(group, key=lambda found: len(found.nodes), reverse=True)
     first_miss = None
     for found in group:
-        outcome = _escaping_intermediate(found, fusion_pass, graph_outputs)
-        if outcome is None:
-            outcome = fusion_pass.check(found, context)
+        outcome = fusion_pass.check(found, context)
+        if isinstance(outcome, Site):
+            outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
         if isinstance(outcome, Site) and outcome.output in context.excluded:
             reason = "failed-validation"
             return NearMiss(outcome.kind, outcome.removed_nodes[-1], reason, _EXCLUDED_DETAIL)
