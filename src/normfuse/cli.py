@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 
 import normfuse
+from normfuse.bench import BenchModel, BenchOptions
+from normfuse.bench import run as run_bench
 from normfuse.errors import NormfuseError
 from normfuse.inputs import parse_dims
+from normfuse.plot import plot_latencies, require_matplotlib
 from normfuse.sessions import parse_providers
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
@@ -56,6 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_validation_options(optimize)
 
+    optimize.add_argument(
+        "--bench", action="store_true", help="time the original and the result side by side"
+    )
+    _add_bench_options(optimize)
+
+    bench = commands.add_parser("bench", help="batch-one latency of models, side by side")
+    bench.add_argument("models", type=Path, nargs="+", metavar="MODEL")
+    _add_bench_options(bench)
+    for flag, help_text in (
+        ("--providers", "cpu, cuda or cpu,cuda (default cpu)"),
+        ("--inputs", "input arrays by name (FILE.npz)"),
+    ):
+        bench.add_argument(flag, default="cpu" if flag == "--providers" else None, help=help_text)
+    bench.add_argument("--dims", action="append", metavar="NAME=N", help="symbolic dimension sizes")
+    bench.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+
     validate = commands.add_parser("validate", help="compare a candidate with the original")
     validate.add_argument("original", type=Path)
     validate.add_argument("candidate", type=Path)
@@ -87,6 +106,21 @@ def _add_validation_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype)")
 
 
+def _add_bench_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--warmup", type=int, default=20, help="untimed runs per model (default 20)")
+    sub.add_argument("--runs", type=int, default=200, help="timed runs per model (default 200)")
+    sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
+    sub.add_argument(
+        "--level",
+        action="append",
+        choices=["disable", "basic", "extended", "all"],
+        help="ORT optimisation level; repeatable (default all)",
+    )
+    sub.add_argument("--json", dest="bench_json", type=Path, metavar="FILE", help="timings as JSON")
+    sub.add_argument("--plot", type=Path, metavar="FILE.png", help="latency distributions")
+    sub.add_argument("--quiet", action="store_true", help="no progress display")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
@@ -95,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             return _optimize(args)
         if args.command == "validate":
             return _validate(args)
+        if args.command == "bench":
+            return _bench(args)
         return _inspect(args)
     except NormfuseError as error:
         print(f"normfuse: error: {error}", file=sys.stderr)
@@ -131,6 +167,53 @@ def _optimize(args: argparse.Namespace) -> int:
         _write_report(args.report, report.to_json())
     print(report.table())
     print(f"wrote {output}")
+    if args.bench:
+        original = normfuse.model_io.load(args.model)
+        models = [
+            BenchModel("original", original.model, original.base_dir),
+            BenchModel("normfuse", result.model, result.base_dir),
+        ]
+        _run_bench(models, args)
+    return EXIT_OK
+
+
+def _bench_options(args: argparse.Namespace) -> BenchOptions:
+    if args.warmup < 0 or args.runs < 2:
+        raise NormfuseError("--warmup must be >= 0 and --runs >= 2")
+    return BenchOptions(
+        providers=tuple(parse_providers(args.providers)),
+        levels=tuple(dict.fromkeys(args.level or ["all"])),
+        warmup=args.warmup,
+        runs=args.runs,
+        threads=args.threads,
+        dims=parse_dims(args.dims),
+        seed=args.seed,
+        npz=None if args.inputs is None else str(args.inputs),
+        progress=sys.stderr.isatty() and not args.quiet,
+    )
+
+
+def _run_bench(models: list[BenchModel], args: argparse.Namespace) -> None:
+    options = _bench_options(args)
+    if args.plot is not None:
+        require_matplotlib()
+    report = run_bench(models, options)
+    print(report.table())
+    if args.bench_json:
+        _write_report(args.bench_json, json.dumps(report.as_dict(), indent=2) + "\n")
+    if args.plot is not None:
+        plot_latencies(report, args.plot)
+        print(f"wrote {args.plot}")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    loaded = [normfuse.model_io.load(path) for path in args.models]
+    names = [str(path) for path in args.models]
+    models = [
+        BenchModel(name, item.model, item.base_dir)
+        for name, item in zip(names, loaded, strict=True)
+    ]
+    _run_bench(models, args)
     return EXIT_OK
 
 

@@ -21,7 +21,7 @@ LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-_EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 
 def parse_providers(text: str | list[str] | None) -> list[str]:
@@ -49,7 +49,6 @@ def create(
     provider: str,
     level: str = "disable",
     base_dir: Path | None = None,
-    threads: int | None = None,
 ) -> ort.InferenceSession:
     """A session for `model` on `provider` (short name) at optimisation `level`.
 
@@ -58,14 +57,27 @@ def create(
     options = ort.SessionOptions()
     options.graph_optimization_level = LEVELS[level]
     options.log_severity_level = 3
-    if threads is not None:
-        options.intra_op_num_threads = threads
     if base_dir is not None:
-        options.add_session_config_entry(_EXTERNAL_FOLDER_KEY, str(base_dir))
+        options.add_session_config_entry(EXTERNAL_FOLDER_KEY, str(base_dir))
+    return create_with_options(model, provider, options)
+
+
+def create_with_options(
+    model: onnx.ModelProto | str | Path,
+    provider: str,
+    options: ort.SessionOptions,
+    disabled_optimizers: tuple[str, ...] = (),
+) -> ort.InferenceSession:
+    """A session on `provider` with `options`; refuses a session ORT moved to another provider."""
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     try:
-        session = ort.InferenceSession(source, options, providers=[PROVIDERS[provider]])
-    except Exception as error:
+        session = ort.InferenceSession(
+            source,
+            options,
+            providers=[PROVIDERS[provider]],
+            disabled_optimizers=list(disabled_optimizers) or None,
+        )
+    except Exception as error:  # ORT raises its own exception types
         raise NormfuseError(f"ONNX Runtime cannot load the model: {_first_line(error)}") from None
     actual = session.get_providers()[0]
     if actual != PROVIDERS[provider]:

@@ -1,0 +1,135 @@
+"""Benchmarking: interleaved timings, ratio intervals, what ORT fused, and the command line."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import normfuse
+from models.builders import LayerNormSpec, RmsNormSpec, norm_model
+from normfuse import bench
+from normfuse.cli import main
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+QUICK = bench.BenchOptions(warmup=2, runs=10, threads=1)
+
+
+def test_ratio_interval_brackets_the_ratio_and_detects_a_real_difference() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(1.0, 0.05, 200)
+    same = base * rng.normal(1.0, 0.01, 200)
+    slower = base * 1.2
+    ratio, (low, high) = bench.ratio_with_interval(base, same)
+    assert low <= ratio <= high and low < 1.0 < high
+    ratio, (low, high) = bench.ratio_with_interval(base, slower)
+    assert ratio == pytest.approx(1.2) and low > 1.1
+
+
+def test_bench_times_models_side_by_side_and_counts_ort_fusions() -> None:
+    original = norm_model(RmsNormSpec(divide="reciprocal"), layers=2)
+    fused = normfuse.optimize(original).model
+    models = [bench.BenchModel("original", original), bench.BenchModel("fused", fused)]
+    options = bench.BenchOptions(warmup=2, runs=10, threads=1, levels=("disable", "all"))
+    report = bench.run(models, options)
+    assert [(t.model, t.level) for t in report.timings] == [
+        ("original", "disable"),
+        ("fused", "disable"),
+        ("original", "all"),
+        ("fused", "all"),
+    ]
+    for timing in report.timings:
+        assert timing.samples.shape == (10,) and np.all(timing.samples > 0)
+        stats = timing.stats_ms()
+        assert stats["min"] <= stats["median"] <= stats["p90"] <= stats["p99"]
+    assert report.timings[0].norm_ops_after_ort == {}
+    assert report.timings[1].norm_ops_after_ort == {"SimplifiedLayerNormalization": 2}
+    assert report.timings[0].ratio == 1.0
+    assert "ratio" in report.table()
+
+
+def test_bench_refuses_models_with_different_inputs() -> None:
+    other = norm_model(LayerNormSpec())
+    other.graph.input[0].name = "y"
+    other.graph.node[0].input[0] = "y"
+    models = [bench.BenchModel("a", norm_model(LayerNormSpec())), bench.BenchModel("b", other)]
+    with pytest.raises(normfuse.NormfuseError, match="other inputs"):
+        bench.run(models, QUICK)
+
+
+def test_bench_cli_writes_json(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), model)
+    out = tmp_path / "timings.json"
+    args = [
+        "bench",
+        str(model),
+        str(model),
+        "--runs",
+        "5",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--level",
+        "disable",
+        "--json",
+        str(out),
+        "--dims",
+        "batch=1",
+    ]
+    assert main(args) == 0
+    data = json.loads(out.read_text())
+    assert len(data["timings"]) == 2
+    assert {
+        "median_ms",
+        "p90_ms",
+        "p99_ms",
+        "mean_ms",
+        "min_ms",
+        "std_ms",
+        "session_seconds",
+        "ratio_to_first",
+        "ratio_interval_95",
+    } <= set(data["timings"][0])
+    assert "intra-op threads: 1" in capsys.readouterr().out
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path, monkeypatch, capsys) -> None:
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    model = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), model)
+    assert main(["bench", str(model), "--runs", "2", "--plot", str(tmp_path / "p.png")]) == 2
+    assert "normfuse[plot]" in capsys.readouterr().err
+
+
+def test_optimize_bench_times_original_and_result(tmp_path: Path, capsys) -> None:
+    args = [
+        "optimize",
+        str(MODELS_DIR / "real/gpt2_opset16.onnx"),
+        "-o",
+        str(tmp_path / "g.onnx"),
+        "--bench",
+        "--dims",
+        "sequence=16",
+        "--runs",
+        "5",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+    ]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "original" in printed and "normfuse" in printed and "LayerNormalization 5" in printed
