@@ -24,7 +24,7 @@ class LayerNormSpec:
     variance_axes: tuple[int, ...] | None = None  # None: same as axes
     square: str = "pow"  # pow | mul
     divide: str = "div"  # div | reciprocal | one_over | pow_half
-    variance: str = "mean"  # mean | sum_over_d | sum_over_d_minus_1
+    variance: str = "mean"  # mean | sum_over_d | sum_over_d_minus_1 | one_pass
     epsilon: float = 1e-5
     epsilon_form: str = "initializer"  # initializer | value_float | value | one_element
     epsilon_outside_sqrt: bool = False
@@ -36,6 +36,7 @@ class LayerNormSpec:
     shared_centered: bool = True  # False: x - mean computed twice
     keepdims: int = 1
     casts: str = "none"  # none | around (Cast to float32 ... Cast back, then scale and bias)
+    form: str = "torch"  # torch | keras (tf2onnx: x * g + (bias - mean * g), g = scale * rsqrt)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class RmsNormSpec:
     # none | llama: Cast(f32) -> norm -> Cast(back) -> Mul(scale) | scale_before_cast: the Mul
     # in float32, then Cast(back) | t5: like llama with x cast to float32 twice
     casts: str = "none"
+    bias: bool = False  # a bias Add after the scale: not RMS normalisation
 
 
 @dataclass
@@ -112,17 +114,24 @@ class GraphBuilder:
 
 def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, rng) -> str:
     """Append one decomposed layer norm of `x` (of `shape`) to `b`; returns the output name."""
+    if spec.form == "keras":
+        return _add_keras_layer_norm(b, x, shape, spec, rng)
     low = b.dtype != np.float32 and spec.casts == "around"
     wide_dtype = np.float32 if low else None
     x_in = b.op("Cast", [x], to=FLOAT) if low else x
     mean = b.reduce("ReduceMean", x_in, spec.axes, spec.keepdims)
     centered = b.op("Sub", [x_in, mean])
     variance_axes = spec.variance_axes or spec.axes
-    if spec.square == "pow":
-        square = b.op("Pow", [centered, b.const(2.0, "two", wide_dtype)])
+    if spec.variance == "one_pass":
+        two = b.const(2.0, "two", wide_dtype)
+        mean_of_squares = b.reduce("ReduceMean", b.op("Pow", [x_in, two]), variance_axes)
+        variance = b.op("Sub", [mean_of_squares, b.op("Mul", [mean, mean])])
     else:
-        square = b.op("Mul", [centered, centered])
-    variance = _variance(b, square, shape, variance_axes, spec, wide_dtype)
+        if spec.square == "pow":
+            square = b.op("Pow", [centered, b.const(2.0, "two", wide_dtype)])
+        else:
+            square = b.op("Mul", [centered, centered])
+        variance = _variance(b, square, shape, variance_axes, spec, wide_dtype)
     normed_input = centered if spec.shared_centered else b.op("Sub", [x_in, mean])
     epsilon = (
         b.const(spec.epsilon, "epsilon", wide_dtype)
@@ -147,6 +156,26 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
         bias = b.const(rng.normal(0, 0.5, normalised_shape), "bias")
         out = b.op("Add", [bias, out] if spec.bias_first else [out, bias])
     return out
+
+
+def _add_keras_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, rng) -> str:
+    """tf2onnx's spelling of Keras' LayerNormalization (via tf.nn.batch_normalization)."""
+    mean = b.reduce("ReduceMean", x, spec.axes)
+    centered = b.op("Sub", [x, mean])
+    variance = b.reduce("ReduceMean", b.op("Mul", [centered, centered]), spec.axes)
+    shifted = b.op("Add", [variance, b.const(spec.epsilon, "epsilon")])
+    if spec.divide == "pow_half":
+        inv = b.op("Pow", [shifted, b.const(-0.5, "minus_half")])
+    else:
+        inv = b.op("Reciprocal", [b.op("Sqrt", [shifted])])
+    dims = tuple(shape[len(shape) + spec.axes[0] :])
+    gain = b.op("Mul", [inv, b.const(rng.uniform(0.5, 1.5, dims), "scale")]) if spec.scale else inv
+    x_gained = b.op("Mul", [x, gain])
+    mean_gained = b.op("Mul", [mean, gain])
+    if not spec.bias:
+        return b.op("Add", [x_gained, b.op("Neg", [mean_gained])])
+    bias = b.const(rng.normal(0, 0.5, dims), "bias")
+    return b.op("Add", [x_gained, b.op("Sub", [bias, mean_gained])])
 
 
 def _variance(b: GraphBuilder, square: str, shape: tuple, axes, spec: LayerNormSpec, dtype) -> str:
@@ -218,6 +247,8 @@ def _rms_scale(
         out = b.op("Mul", [scale, normed] if spec.scale_first else [normed, scale])
     if low and before:
         out = b.op("Cast", [out], to=FLOAT_TYPES[b.dtype])
+    if spec.bias:
+        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, dims), "bias")])
     return out
 
 
@@ -285,6 +316,11 @@ LAYER_NORM_POSITIVES = {
     "population_sum_over_d": LayerNormSpec(variance="sum_over_d"),
     "scalar_scale": LayerNormSpec(scale_shape=(1,)),
     "large_epsilon": LayerNormSpec(epsilon=1e-2),
+    "one_pass_variance": LayerNormSpec(variance="one_pass"),
+    "keras_tf2onnx": LayerNormSpec(form="keras"),
+    "keras_pow_minus_half": LayerNormSpec(form="keras", divide="pow_half"),
+    "keras_no_scale": LayerNormSpec(form="keras", scale=False),
+    "keras_no_center": LayerNormSpec(form="keras", bias=False),
 }
 
 LAYER_NORM_NEGATIVES = {
@@ -328,4 +364,58 @@ RMS_NORM_NEGATIVES = {
     "sum_not_mean": (RmsNormSpec(mean="sum"), "sum-not-mean"),
     "per_token_gamma": (RmsNormSpec(scale_shape=(7, 32)), "gamma-shape"),
     "batch_axis": (RmsNormSpec(axes=(0, 1, 2), scale="none"), "batch-axis"),
+}
+
+
+def _single_op_model(b: GraphBuilder, output: str, shape: tuple, name: str) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        b.nodes,
+        name,
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info(output, FLOAT, list(shape))],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", b.opset)])
+    model.ir_version = 8
+    return model
+
+
+def group_norm_model(groups: int = 4, shape: tuple = ("batch", 8, 5, 5)) -> onnx.ModelProto:
+    """GroupNorm as exporters write it: Reshape [N, G, -1], layer-norm-like statistics over the
+    last axis, Reshape back, per-channel scale and bias."""
+    b = GraphBuilder(17)
+    rng = np.random.default_rng(0)
+    grouped = b.op("Reshape", ["x", b.const([0, groups, -1], "groups", np.int64)])
+    normed = add_layer_norm(
+        b, grouped, (None, groups, None), LayerNormSpec(scale=False, bias=False), rng
+    )
+    back = b.op("Reshape", [normed, b.op("Shape", ["x"])])
+    channels = shape[1]
+    scaled = b.op("Mul", [back, b.const(rng.uniform(0.5, 1.5, (channels, 1, 1)), "scale")])
+    out = b.op("Add", [scaled, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "bias")])
+    return _single_op_model(b, out, shape, "group_norm")
+
+
+def instance_norm_model(shape: tuple = ("batch", 4, 6, 6)) -> onnx.ModelProto:
+    """InstanceNorm2d(affine=True): statistics over the spatial axes of NCHW, per-channel affine."""
+    b = GraphBuilder(17)
+    spec = LayerNormSpec(axes=(-2, -1), scale_shape=(shape[1], 1, 1), bias=False)
+    out = add_layer_norm(b, "x", shape, spec, np.random.default_rng(0))
+    return _single_op_model(b, out, shape, "instance_norm")
+
+
+def l2_norm_model(shape: tuple = ("batch", 7, 32)) -> onnx.ModelProto:
+    """F.normalize: x / max(||x||_2, eps) over the last axis."""
+    b = GraphBuilder(17)
+    norm = b.reduce("ReduceL2", "x", (-1,))
+    out = b.op("Div", ["x", b.op("Max", [norm, b.const(1e-12, "epsilon")])])
+    return _single_op_model(b, out, shape, "l2_norm")
+
+
+# Models of other normalisation families (issue: negative corpus), with the reason expected.
+OTHER_FAMILIES = {
+    "group_norm": (group_norm_model, "group-norm"),
+    "instance_norm_affine": (instance_norm_model, "gamma-shape"),
+    "l2_normalize": (l2_norm_model, "l2-norm"),
+    "rms_with_bias": (lambda: norm_model(RmsNormSpec(bias=True)), "rms-with-bias"),
 }

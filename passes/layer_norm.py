@@ -10,12 +10,13 @@ by (any Add/Mul operand order; scale and bias optional)::
     (Reciprocal(std) may also be written Div(1, std) or Pow(variance + epsilon, -0.5))
     normed ──> Mul(scale) ──> Add(bias) ──> y
 
-`centered` may be computed once or twice; mixed-precision exports wrap the statistics in
-`Cast(x -> float32) ... Cast(back)`. Fused only when it is exactly layer normalisation: mean and
-variance reduce the same trailing axes (never the first, batch axis) of the same tensor with divisor
-d, epsilon is a positive scalar inside the square root, and scale and bias broadcast only along the
-normalised axes. Spellings that are close but compute something else are matched too, so that the
-report can say why they were left alone.
+`centered` may be computed once or twice; the variance may be one-pass, E[x^2] - E[x]^2; mixed-
+precision exports wrap the statistics in `Cast(x -> float32) ... Cast(back)`. tf2onnx writes Keras'
+layer norm as `x * g + (bias - mean * g)` with `g = scale * rsqrt(variance + epsilon)`. Fused only
+when it is exactly layer normalisation: mean and variance reduce the same trailing axes (never the
+first, batch axis) of the same tensor with divisor d, epsilon is a positive scalar inside the
+square root, and scale and bias broadcast only along the normalised axes. Spellings that are close
+but compute something else are matched too, so that the report can say why they were left alone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
-from normfuse.pattern import AnyOf, Const, Match, Op, Var
+from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, NearMiss, Site
 
 KIND = "layer-norm"
@@ -49,6 +50,18 @@ _variance = AnyOf(
         "Mul",
         Op("ReduceMean", _square, name="variance_reduce", extra_inputs=True),
         Const("correction"),
+        name="variance",
+    ),
+    # One pass: E[x^2] - E[x]^2.
+    Op(
+        "Sub",
+        Op(
+            "ReduceMean",
+            AnyOf(Op("Pow", _x, Const("two", 2.0)), Op("Mul", _x, _x)),
+            name="variance_reduce",
+            extra_inputs=True,
+        ),
+        AnyOf(Op("Pow", _mean, Const("two", 2.0)), Op("Mul", _mean, _mean)),
         name="variance",
     ),
 )
@@ -83,11 +96,27 @@ def _affine(normed: Op | AnyOf) -> tuple[Op, ...]:
     )
 
 
+# tf2onnx / Keras: x * (scale * rsqrt(variance + epsilon)) + (bias - mean * scale * rsqrt(...)).
+_inv_std = AnyOf(
+    Op("Reciprocal", _std, name="inv_std"),
+    Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
+    Op("Div", Const("one", 1.0), _std, name="inv_std"),
+)
+_gain = AnyOf(Op("Mul", _inv_std, Const("scale"), name="gain"), _inv_std)
+_x_gained = Op("Mul", _x, _gain)
+_mean_gained = Op("Mul", _mean, _gain)
+_KERAS = (
+    Op("Add", _x_gained, Op("Sub", Const("bias"), _mean_gained), name="y"),
+    Op("Add", _x_gained, Op("Neg", _mean_gained), name="y"),
+    Op("Sub", _x_gained, _mean_gained, name="y"),
+)
+
 PATTERNS = (
     *_affine(AnyOf(_downcast(_normed), _normed)),
     *(_downcast(pattern) for pattern in _affine(_normed)),
     _downcast(_normed),
     _normed,
+    *_KERAS,
 )
 
 
@@ -111,9 +140,13 @@ class LayerNormPass:
             return NearMiss(KIND, match.node("mean").name, reject.reason, reject.detail)
 
 
+_RESHAPED = Op("Reshape", Var("ungrouped"), Var("groups"))
+
+
 def _check(match: Match, context: Context) -> Site:
     if "std_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
+    _reject_group_norm(match, context)
     io = checks.fused_io(match, context)
     shape = checks.known_shape(match["x"], context)
     rank = len(shape)
@@ -126,3 +159,14 @@ def _check(match: Match, context: Context) -> Site:
     scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
     bias = None if bias is None else bias.astype(io.dtype)
     return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale, bias))
+
+
+def _reject_group_norm(match: Match, context: Context) -> None:
+    """Group norm reshapes channels into groups, normalises each group, and reshapes back: the
+    statistics are not per-token. Conservatively, any norm sandwiched between Reshapes is left."""
+    users = match.root.outputs
+    reshaped_back = bool(users) and all(user.op == "Reshape" for user in users)
+    if reshaped_back and match_first(_RESHAPED, match["x"], context.reader) is not None:
+        raise checks.Reject(
+            "group-norm", "statistics over a Reshape of the input, reshaped back: group norm"
+        )

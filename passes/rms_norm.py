@@ -60,12 +60,22 @@ def _downcast(pattern: Op | AnyOf) -> Op:
 # `a - ReduceMean(a)`: an input that makes the match a layer norm, not an RMS norm.
 _CENTERED = Op("Sub", Var("a"), Op("ReduceMean", Var("a"), extra_inputs=True))
 
-PATTERNS = (
+_ROOTS = (
     Op("Mul", AnyOf(_downcast(_normed), _normed), Const("scale"), name="y"),
     _downcast(Op("Mul", _normed, Const("scale"), name="y")),
     _downcast(_normed),
     _normed,
 )
+# Near-misses: a bias after the RMS norm (layer norm without its mean?), and L2 normalisation.
+_WITH_BIAS = tuple(Op("Add", root, Const("bias"), name="biased") for root in _ROOTS[:2])
+_l2 = Op("ReduceL2", _x, name="reduce", extra_inputs=True)
+_L2_NORMALISED = Op(
+    "Div",
+    _x,
+    AnyOf(Op("Add", _l2, Const("epsilon")), Op("Max", _l2, Const("epsilon")), _l2),
+    name="normed",
+)
+PATTERNS = (*_WITH_BIAS, *_ROOTS, _L2_NORMALISED)
 
 
 class RmsNormPass:
@@ -99,6 +109,13 @@ def _check(match: Match, context: Context) -> Site:
     if "absolute" in match:
         raise checks.Reject("mean-abs-not-square", "the statistic is the mean of |x|, not of x^2")
     reduce = match.node("reduce")
+    if reduce.op == "ReduceL2":
+        raise checks.Reject("l2-norm", "x / ||x||_2 is L2 normalisation: no mean, no sqrt(d)")
+    if "biased" in match:
+        raise checks.Reject(
+            "rms-with-bias",
+            "an RMS norm followed by a bias: a layer norm without its mean subtraction? left alone",
+        )
     if reduce.op == "ReduceSum" and "divisor" not in match:
         raise checks.Reject("sum-not-mean", "the squares are summed, not averaged")
     io = checks.fused_io(match, context)

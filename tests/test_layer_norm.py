@@ -16,6 +16,7 @@ from models.builders import (
     LAYER_NORM_POSITIVES as POSITIVES,
 )
 from models.builders import (
+    OTHER_FAMILIES,
     LayerNormSpec,
     norm_model,
 )
@@ -217,3 +218,19 @@ def test_fuses_inside_if_branch_reading_outer_scope() -> None:
     for cond in (True, False):
         feeds = {"x": x, "cond": np.array(cond)}
         assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_fuses_last_three_axes_of_a_rank_4_tensor() -> None:
+    spec = LayerNormSpec(axes=(-3, -2, -1))
+    original = norm_model(spec, shape=("batch", 3, 5, 8), layers=1)
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == ["LayerNormalization", "MatMul", "Add"]
+    assert result.report.sites[0].axis == -3
+    feeds = random_inputs(original, {"batch": 2}, seed=13)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_FAMILIES))
+def test_rejects_other_normalisation_families(name: str) -> None:
+    build, reason = OTHER_FAMILIES[name]
+    assert_unchanged(build(), reason)
