@@ -37,6 +37,7 @@ class LayerNormSpec:
     keepdims: int = 1
     casts: str = "none"  # none | around (Cast to float32 ... Cast back, then scale and bias)
     form: str = "torch"  # torch | keras (tf2onnx: x * g + (bias - mean * g), g = scale * rsqrt)
+    affine_as_constant_nodes: bool = False  # scale and bias from Constant nodes
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,13 @@ class GraphBuilder:
             return self.op(op_type, [x, axes_name], keepdims=keepdims)
         return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
 
+    def constant_node(self, value, stem: str) -> str:
+        """A `Constant` node holding `value` (in the builder's dtype); returns its output."""
+        output = self.fresh(stem)
+        tensor = numpy_helper.from_array(np.asarray(value, dtype=self.dtype), output + "_value")
+        self.nodes.append(helper.make_node("Constant", [], [output], value=tensor))
+        return output
+
     def epsilon(self, value: float, form: str) -> str:
         if form == "initializer":
             return self.const(value, "epsilon")
@@ -149,11 +157,12 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
     first_axis = spec.axes[0] if spec.axes[0] < 0 else spec.axes[0] - len(shape)
     normalised_shape = tuple(shape[first_axis:])
     out = normed
+    constant = b.constant_node if spec.affine_as_constant_nodes else b.const
     if spec.scale:
-        scale = b.const(rng.uniform(0.5, 1.5, spec.scale_shape or normalised_shape), "scale")
+        scale = constant(rng.uniform(0.5, 1.5, spec.scale_shape or normalised_shape), "scale")
         out = b.op("Mul", [scale, out] if spec.scale_first else [out, scale])
     if spec.bias:
-        bias = b.const(rng.normal(0, 0.5, normalised_shape), "bias")
+        bias = constant(rng.normal(0, 0.5, normalised_shape), "bias")
         out = b.op("Add", [bias, out] if spec.bias_first else [out, bias])
     return out
 
@@ -317,6 +326,7 @@ LAYER_NORM_POSITIVES = {
     "scalar_scale": LayerNormSpec(scale_shape=(1,)),
     "large_epsilon": LayerNormSpec(epsilon=1e-2),
     "one_pass_variance": LayerNormSpec(variance="one_pass"),
+    "affine_constant_nodes": LayerNormSpec(affine_as_constant_nodes=True),
     "keras_tf2onnx": LayerNormSpec(form="keras"),
     "keras_pow_minus_half": LayerNormSpec(form="keras", divide="pow_half"),
     "keras_no_scale": LayerNormSpec(form="keras", scale=False),
@@ -419,3 +429,41 @@ OTHER_FAMILIES = {
     "l2_normalize": (l2_norm_model, "l2-norm"),
     "rms_with_bias": (lambda: norm_model(RmsNormSpec(bias=True)), "rms-with-bias"),
 }
+
+
+# Where each tested spelling comes from, for the README's table (tests keep the two in sync).
+SPELLING_SOURCES = {
+    ("layer-norm", "torchscript"): "PyTorch TorchScript (`nn.LayerNorm`)",
+    ("layer-norm", "one_over_std"): "PyTorch TorchScript (`rsqrt` as `Div(1, .)`)",
+    ("layer-norm", "centered_twice"): "older PyTorch exports",
+    ("layer-norm", "epsilon_value_float"): "PyTorch TorchScript (`Constant` nodes)",
+    ("layer-norm", "affine_constant_nodes"): "hand-written / onnx.helper",
+    ("layer-norm", "keras_tf2onnx"): "tf2onnx / Keras",
+    ("layer-norm", "keras_pow_minus_half"): "tf2onnx / Keras",
+    ("layer-norm", "keras_no_scale"): "tf2onnx / Keras (`scale=False`)",
+    ("layer-norm", "keras_no_center"): "tf2onnx / Keras (`center=False`)",
+    ("layer-norm", "one_pass_variance"): "hand-written (E[x²] − E[x]²)",
+    ("layer-norm", "pow_minus_half"): "hand-written / JAX-style `rsqrt`",
+    ("layer-norm", "population_sum_over_d"): "hand-written (`sum / d`)",
+    ("rms-norm", "llama_float32"): "PyTorch dynamo (LLaMA, Qwen2, Mistral)",
+    ("rms-norm", "reciprocal"): "PyTorch dynamo (`rsqrt` as `Reciprocal`)",
+    ("rms-norm", "torchscript_one_over_rms"): "PyTorch TorchScript (`rsqrt` as `Div(1, .)`)",
+    ("rms-norm", "gemma_one_plus_w"): "Gemma (`x * (1 + w)`)",
+    ("rms-norm", "llama_float16"): "PyTorch, float16 LLaMA (casts around the statistics)",
+    ("rms-norm", "t5_float16"): "PyTorch, float16 T5 (statistics in float32)",
+    ("rms-norm", "scale_before_cast"): "mixed-precision tools (scale before the cast back)",
+    ("rms-norm", "pow_minus_half"): "hand-written / JAX-style `rsqrt`",
+}
+
+
+def spelling_table() -> str:
+    """The README's Markdown table of recognised spellings, from the registries above."""
+    registries = {
+        "layer-norm": LAYER_NORM_POSITIVES,
+        "rms-norm": {**RMS_NORM_POSITIVES, **RMS_NORM_FLOAT16_POSITIVES},
+    }
+    lines = ["| family | spelling (builder) | typical source |", "| --- | --- | --- |"]
+    for (family, name), source in SPELLING_SOURCES.items():
+        assert name in registries[family], name
+        lines.append(f"| {family} | `{name}` | {source} |")
+    return "\n".join(lines) + "\n"

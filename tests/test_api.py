@@ -51,3 +51,12 @@ def test_targets_block_raising_the_opset_when_an_operator_changes_meaning() -> N
         onnx.helper.make_node("RoiAlign", ["x", "rois", "index"], ["pooled"], name="roi")
     )
     assert not can_raise_opset(model, 17)
+
+
+def test_readme_spelling_table_matches_the_builders() -> None:
+    from models.builders import spelling_table
+
+    text = (ROOT / "README.md").read_text()
+    start = text.index("<!-- spellings:")
+    body = text[text.index("\n", start) + 1 : text.index("<!-- /spellings -->")]
+    assert body == spelling_table()

@@ -234,3 +234,50 @@ def test_fuses_last_three_axes_of_a_rank_4_tensor() -> None:
 def test_rejects_other_normalisation_families(name: str) -> None:
     build, reason = OTHER_FAMILIES[name]
     assert_unchanged(build(), reason)
+
+
+def rewired(model: onnx.ModelProto, op_type: str, change) -> onnx.ModelProto:
+    """A copy of `model` whose first `op_type` node is changed by `change(node, model)`."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    node = next(n for n in copy.graph.node if n.op_type == op_type)
+    change(node, copy)
+    return copy
+
+
+def swap_inputs(node: onnx.NodeProto, _model: onnx.ModelProto) -> None:
+    node.input[0], node.input[1] = node.input[1], node.input[0]
+
+
+def set_constant(name_prefix: str, value: float):
+    def change(_node: onnx.NodeProto, model: onnx.ModelProto) -> None:
+        tensor = next(t for t in model.graph.initializer if t.name.startswith(name_prefix))
+        tensor.CopyFrom(onnx.numpy_helper.from_array(np.array(value, np.float32), tensor.name))
+
+    return change
+
+
+def drop_keepdims(node: onnx.NodeProto, _model: onnx.ModelProto) -> None:
+    next(a for a in node.attribute if a.name == "keepdims").i = 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "op_type", "change", "reason"),
+    [
+        (LayerNormSpec(), "Sub", swap_inputs, None),  # mean - x
+        (LayerNormSpec(), "Div", swap_inputs, None),  # std / centered
+        (LayerNormSpec(), "Pow", set_constant("two", 3.0), None),  # cubed deviations
+        (LayerNormSpec(divide="pow_half"), "Mul", set_constant("minus_half", 0.5), None),
+        (LayerNormSpec(divide="pow_half"), "Mul", set_constant("minus_half", -1.0), None),
+        (LayerNormSpec(), "ReduceMean", drop_keepdims, "keepdims"),
+    ],
+    ids=["sub-swapped", "div-swapped", "pow-3", "pow-plus-half", "pow-minus-one", "keepdims-0"],
+)
+def test_rejects_each_equivalence_condition(spec, op_type, change, reason) -> None:
+    """Each operand slot, exponent and attribute the maths depends on is checked."""
+    original = rewired(norm_model(spec), op_type, change)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    if reason is not None:
+        assert reason in [miss.reason for miss in result.report.near_misses]
