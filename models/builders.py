@@ -442,7 +442,7 @@ SPELLING_SOURCES = {
     ("layer-norm", "keras_pow_minus_half"): "tf2onnx / Keras",
     ("layer-norm", "keras_no_scale"): "tf2onnx / Keras (`scale=False`)",
     ("layer-norm", "keras_no_center"): "tf2onnx / Keras (`center=False`)",
-    ("layer-norm", "one_pass_variance"): "hand-written (E[x²] − E[x]²)",
+    ("layer-norm", "one_pass_variance"): "hand-written (E[x^2] - E[x]^2)",
     ("layer-norm", "pow_minus_half"): "hand-written / JAX-style `rsqrt`",
     ("layer-norm", "population_sum_over_d"): "hand-written (`sum / d`)",
     ("rms-norm", "llama_float32"): "PyTorch dynamo (LLaMA, Qwen2, Mistral)",
