@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,11 +39,14 @@ BOOTSTRAP_RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class BenchModel:
-    """A model to time: a display name, the model, and the folder of its external data."""
+    """A model to time: a display name, the model, the folder of its external data, and optionally
+    its own ORT level and disabled ORT optimizers (overriding the options')."""
 
     name: str
     model: onnx.ModelProto
     base_dir: Path | None = None
+    level: str | None = None
+    disabled_optimizers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class BenchOptions:
     npz: str | None = None
     disabled_optimizers: tuple[str, ...] = ()
     progress: bool = False
+    clock: Callable[[], float] = time.perf_counter
 
 
 @dataclass
@@ -139,34 +144,48 @@ class BenchReport:
         return "\n".join(lines)
 
 
-def run(models: list[BenchModel], options: BenchOptions) -> BenchReport:
-    """Time `models` side by side on every provider and level."""
+def run(
+    models: list[BenchModel], options: BenchOptions, threading: Threading | None = None
+) -> BenchReport:
+    """Time `models` side by side on every provider and level (`threading`: from
+    `configure_threads`, when the caller created sessions of its own first)."""
     first_inputs = [info.name for info in graph_inputs(models[0].model)]
     for model in models[1:]:
         if [info.name for info in graph_inputs(model.model)] != first_inputs:
             raise NormfuseError(f"{model.name} has other inputs than {models[0].name}")
-    notes: list[str] = []
-    global_pool, threads = _configure_threads(options.threads, notes)
+    threading = threading or configure_threads(options.threads)
+    notes = list(threading.notes)
     feeds, input_notes = make_inputs(models[0].model, options.dims, options.seed, options.npz)
     notes.extend(input_notes)
     timings = []
     for provider in options.providers:
         for level in options.levels:
-            timings.extend(_time_group(models, provider, level, feeds, options, global_pool))
-    return BenchReport(timings, threads, notes)
+            timings.extend(
+                _time_group(models, provider, level, feeds, options, threading.global_pool)
+            )
+    return BenchReport(timings, threading.label, notes)
 
 
-def _configure_threads(threads: int | None, notes: list[str]) -> tuple[bool, str]:
-    """(use the global pool?, a label): share ORT's global pool when sessions may use several
-    threads; it can only be set up before this process creates its first session."""
+@dataclass(frozen=True)
+class Threading:
+    """Whether sessions share ORT's global thread pool, a label for reports, and notes."""
+
+    global_pool: bool
+    label: str
+    notes: tuple[str, ...] = ()
+
+
+def configure_threads(threads: int | None) -> Threading:
+    """Share ORT's global pool when sessions may use several threads; it can only be set up
+    before this process creates its first session (else: per-session pools without spinning)."""
     if threads == 1:
-        return False, "1"
+        return Threading(False, "1")
     try:
         ort.capi._pybind_state.set_global_thread_pool_sizes(threads or 0, 1)
     except Exception:  # the ORT environment already exists in this process
-        notes.append("per-session thread pools with spinning disabled (global pool unavailable)")
-        return False, f"{threads or 'ORT default'} per session, no spinning"
-    return True, f"{threads or 'ORT default (one per physical core)'}, global pool"
+        note = "per-session thread pools with spinning disabled (global pool unavailable)"
+        return Threading(False, f"{threads or 'ORT default'} per session, no spinning", (note,))
+    return Threading(True, f"{threads or 'ORT default (one per physical core)'}, global pool")
 
 
 def _session(
@@ -178,7 +197,7 @@ def _session(
     save_to: Path | None = None,
 ) -> ort.InferenceSession:
     so = ort.SessionOptions()
-    so.graph_optimization_level = sessions.LEVELS[level]
+    so.graph_optimization_level = sessions.LEVELS[model.level or level]
     so.log_severity_level = 3
     if global_pool:
         so.use_per_session_threads = False
@@ -193,7 +212,8 @@ def _session(
         so.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", save_to.name + ".data"
         )
-    return sessions.create_with_options(model.model, provider, so, options.disabled_optimizers)
+    disabled = model.disabled_optimizers or options.disabled_optimizers
+    return sessions.create_with_options(model.model, provider, so, disabled)
 
 
 def _time_group(
@@ -215,9 +235,9 @@ def _time_group(
     total = options.warmup + options.runs
     for round_index in range(total):
         for index, runner in enumerate(runners):
-            start = time.perf_counter()
+            start = options.clock()
             runner()
-            elapsed = time.perf_counter() - start
+            elapsed = options.clock() - start
             if round_index >= options.warmup:
                 samples[index, round_index - options.warmup] = elapsed
         if options.progress and round_index % 10 == 0:
@@ -231,7 +251,7 @@ def _time_group(
             Timing(
                 model.name,
                 provider,
-                level,
+                model.level or level,
                 samples[index],
                 created[index],
                 ort_ops[index],
@@ -279,7 +299,19 @@ def norm_ops_after_ort(
     """Normalisation ops in the graph ORT's session optimiser saves at `level` (what ORT fused)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "optimized.onnx"
-        _session(model, provider, level, options, global_pool, save_to=path)
+        save_optimized(model, provider, options, path, level, global_pool)
         saved = onnx.load(path, load_external_data=False)
     counts = Counter(node.op_type for node in saved.graph.node if node.op_type in NORM_OPS)
     return dict(sorted(counts.items()))
+
+
+def save_optimized(
+    model: BenchModel,
+    provider: str,
+    options: BenchOptions,
+    path: Path,
+    level: str = "all",
+    global_pool: bool = False,
+) -> None:
+    """Let ORT optimise `model` as a session would and save the resulting graph to `path`."""
+    _session(model, provider, level, options, global_pool, save_to=path)

@@ -19,6 +19,7 @@ from normfuse.errors import NormfuseError
 from normfuse.inputs import parse_dims
 from normfuse.plot import plot_latencies, require_matplotlib
 from normfuse.sessions import parse_providers
+from normfuse.tune import tune
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -74,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         bench.add_argument(flag, default="cpu" if flag == "--providers" else None, help=help_text)
     bench.add_argument("--dims", action="append", metavar="NAME=N", help="symbolic dimension sizes")
     bench.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+
+    tune = commands.add_parser("tune", help="fastest ORT session settings, by measurement")
+    tune.add_argument("model", type=Path)
+    tune.add_argument("--providers", default="cpu", help="cpu, cuda or cpu,cuda (default cpu)")
+    tune.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
+    tune.add_argument("--dims", action="append", metavar="NAME=N", help="symbolic dimension sizes")
+    tune.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
+    tune.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    tune.add_argument("--warmup", type=int, default=20, help="untimed runs per config (default 20)")
+    tune.add_argument("--runs", type=int, default=200, help="timed runs per config (default 200)")
+    tune.add_argument("--json", dest="tune_json", type=Path, metavar="FILE", help="result as JSON")
+    tune.add_argument("--quiet", action="store_true", help="no progress display")
 
     validate = commands.add_parser("validate", help="compare a candidate with the original")
     validate.add_argument("original", type=Path)
@@ -131,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args)
         if args.command == "bench":
             return _bench(args)
+        if args.command == "tune":
+            return _tune(args)
         return _inspect(args)
     except NormfuseError as error:
         print(f"normfuse: error: {error}", file=sys.stderr)
@@ -177,12 +192,23 @@ def _optimize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _tune(args: argparse.Namespace) -> int:
+    loaded = normfuse.model_io.load(args.model)
+    model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
+    report = tune(model, _bench_options(args))
+    print(report.text(str(args.model)))
+    if args.tune_json:
+        data = {"model": str(args.model), **report.as_dict(str(args.model))}
+        _write_report(args.tune_json, json.dumps(data, indent=2) + "\n")
+    return EXIT_OK
+
+
 def _bench_options(args: argparse.Namespace) -> BenchOptions:
     if args.warmup < 0 or args.runs < 2:
         raise NormfuseError("--warmup must be >= 0 and --runs >= 2")
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
-        levels=tuple(dict.fromkeys(args.level or ["all"])),
+        levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
         warmup=args.warmup,
         runs=args.runs,
         threads=args.threads,

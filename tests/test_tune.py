@@ -1,0 +1,99 @@
+"""Tuning logic on scripted times: the fastest configuration is chosen only when it beats ORT's
+default beyond noise, and the snippet creates exactly that session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from models.builders import LayerNormSpec, norm_model
+from normfuse import bench, tune
+from normfuse.cli import main
+
+CONFIGS = [
+    tune.SessionConfig("all"),
+    tune.SessionConfig("extended"),
+    tune.SessionConfig("basic"),
+    tune.SessionConfig("all", ("SkipLayerNormFusion",)),
+]
+
+
+class ScriptedClock:
+    """A clock read twice per timed run; run i of each round takes durations[model] (+ jitter)."""
+
+    def __init__(self, durations: list[float], jitter: float = 0.01, seed: int = 0) -> None:
+        self.durations = durations
+        self.rng = np.random.default_rng(seed)
+        self.jitter = jitter
+        self.now = 0.0
+        self.calls = 0
+
+    def __call__(self) -> float:
+        if self.calls % 2 == 1:
+            model = (self.calls // 2) % len(self.durations)
+            self.now += self.durations[model] * (1 + self.jitter * self.rng.standard_normal())
+        self.calls += 1
+        return self.now
+
+
+def run_tune(monkeypatch: pytest.MonkeyPatch, durations: list[float]) -> tune.TuneReport:
+    monkeypatch.setattr(tune, "candidate_configs", lambda *args: CONFIGS)
+    options = bench.BenchOptions(warmup=3, runs=60, threads=1, clock=ScriptedClock(durations))
+    model = bench.BenchModel("m", norm_model(LayerNormSpec()))
+    return tune.tune(model, options)
+
+
+def test_chooses_a_configuration_that_beats_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = run_tune(monkeypatch, [1.0, 1.0, 1.1, 0.6])
+    result = report.results[0]
+    assert result.beats_default
+    assert result.best == CONFIGS[3]
+    best = result.timings[3]
+    assert best.ratio == pytest.approx(0.6, rel=0.05) and best.ratio_interval[1] < 1.0
+    text = report.text("model.onnx")
+    assert "fastest is 'all -SkipLayerNormFusion'" in text
+    assert "disabled_optimizers=['SkipLayerNormFusion']" in text
+
+
+def test_keeps_the_default_when_nothing_beats_it_beyond_noise(monkeypatch) -> None:
+    report = run_tune(monkeypatch, [1.0, 0.995, 1.0, 1.003])
+    result = report.results[0]
+    assert not result.beats_default
+    assert result.best == CONFIGS[0]
+    assert "nothing beats ORT's default" in report.text("model.onnx")
+
+
+def test_snippet_creates_the_chosen_session(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), path)
+    namespace: dict = {}
+    exec(CONFIGS[3].snippet(str(path), "cpu"), namespace)
+    session = namespace["session"]
+    assert isinstance(session, ort.InferenceSession)
+    assert session.get_providers() == ["CPUExecutionProvider"]
+
+
+def test_candidates_keep_only_fusions_that_change_the_graph() -> None:
+    model = bench.BenchModel("m", norm_model(LayerNormSpec(), layers=2))
+    configs = tune.candidate_configs(model, "cpu", bench.BenchOptions(threads=1))
+    assert [c.label for c in configs[:3]] == ["all", "extended", "basic"]
+    names = {name for config in configs for name in config.disabled}
+    assert names <= set(tune.NORM_FUSIONS)
+    assert "SkipSimplifiedLayerNormFusion" not in names  # no RMS norm in this model
+
+
+def test_tune_cli_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tune, "candidate_configs", lambda *args: CONFIGS[:2])
+    path = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), path)
+    out = tmp_path / "tune.json"
+    args = ["tune", str(path), "--runs", "5", "--warmup", "1", "--threads", "1", "--json", str(out)]
+    assert main(args) == 0
+    data = json.loads(out.read_text())
+    assert [c["config"] for c in data["results"][0]["candidates"]] == ["all", "extended"]
+    assert "snippet" in data["results"][0]
