@@ -127,7 +127,7 @@ class BenchReport:
         lines = [
             f"intra-op threads: {self.threads}",
             f"{'model':<28}{'prov':<6}{'level':<9}{'median':>9}{'p90':>9}{'p99':>9}{'min':>9}"
-            f"{'std':>8}{'session':>9}  {'ratio [95% CI]':<30}norm ops after ORT",
+            f"{'std':>8}{'session':>9}  {'ratio [95% CI]':<32}norm ops after ORT",
         ]
         for t in self.timings:
             s = t.stats_ms()
