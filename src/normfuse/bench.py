@@ -137,7 +137,7 @@ class BenchReport:
             lines.append(
                 f"{t.model[:27]:<28}{t.provider:<6}{t.level:<9}{s['median']:>8.3f}m{s['p90']:>8.3f}m"
                 f"{s['p99']:>8.3f}m{s['min']:>8.3f}m{s['std']:>7.3f}m{t.session_seconds:>8.2f}s  "
-                f"{f'{t.ratio:.3f} [{low:.3f}, {high:.3f}]{verdict}':<22}{ops}"
+                f"{f'{t.ratio:.3f} [{low:.3f}, {high:.3f}]{verdict}':<32}{ops}"
             )
         lines.append("ratio: median / first model's median; an interval containing 1 is noise")
         lines.extend(f"note: {note}" for note in self.notes)
