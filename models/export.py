@@ -14,12 +14,14 @@ recorded in the manifest with its error instead of being dropped.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from pathlib import Path
 
 import torch
 import transformers
+from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "real"
@@ -108,6 +110,85 @@ def t5_encoder() -> tuple[torch.nn.Module, dict]:
     }
 
 
+def mistral() -> tuple[torch.nn.Module, dict]:
+    return transformers.MistralModel(
+        transformers.MistralConfig(**_DECODER_SIZES)
+    ), _decoder_inputs()
+
+
+def gpt_neox() -> tuple[torch.nn.Module, dict]:
+    config = transformers.GPTNeoXConfig(
+        vocab_size=512,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        use_cache=False,
+    )
+    return transformers.GPTNeoXModel(config), _decoder_inputs()
+
+
+def distilbert() -> tuple[torch.nn.Module, dict]:
+    config = transformers.DistilBertConfig(
+        vocab_size=512,
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=128,
+        max_position_embeddings=64,
+    )
+    return transformers.DistilBertModel(config), {
+        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
+        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
+    }
+
+
+def vit() -> tuple[torch.nn.Module, dict]:
+    config = transformers.ViTConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+    )
+    return transformers.ViTModel(config, add_pooling_layer=False), {
+        "pixel_values": torch.randn(1, 3, 32, 32),
+    }
+
+
+def whisper_encoder() -> tuple[torch.nn.Module, dict]:
+    config = transformers.WhisperConfig(
+        vocab_size=512,
+        d_model=64,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_layers=1,
+        decoder_attention_heads=4,
+        decoder_ffn_dim=128,
+        num_mel_bins=16,
+        max_source_positions=16,
+        max_target_positions=16,
+        pad_token_id=0,
+    )
+    return WhisperEncoder(config), {
+        "input_features": torch.randn(1, 16, 32),
+    }
+
+
+def convnext() -> tuple[torch.nn.Module, dict]:
+    config = transformers.ConvNextConfig(
+        num_channels=3,
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        num_stages=2,
+    )
+    return transformers.ConvNextModel(config), {"pixel_values": torch.randn(1, 3, 32, 32)}
+
+
 MODELS = {
     "bert": bert,
     "gpt2": gpt2,
@@ -115,6 +196,12 @@ MODELS = {
     "qwen2": qwen2,
     "gemma": gemma,
     "t5_encoder": t5_encoder,
+    "mistral": mistral,
+    "gpt_neox": gpt_neox,
+    "distilbert": distilbert,
+    "vit": vit,
+    "whisper_encoder": whisper_encoder,
+    "convnext": convnext,
 }
 # (architecture, exporter, opset, dtype) of every committed export.
 EXPORTS = [
@@ -125,11 +212,25 @@ EXPORTS = [
         for exporter, opset in (("torchscript", 17), ("dynamo", 18))
         for dtype in ("float32", "float16")
     ),
+    *(
+        (name, exporter, opset, "float32")
+        for name in ("mistral",)
+        for exporter, opset in (("torchscript", 17), ("dynamo", 18))
+    ),
+    # Layer-norm models: TorchScript below opset 17 decomposes nn.LayerNorm; at 17+ both exporters
+    # write LayerNormalization themselves (nothing left to fuse, still counted).
+    *(
+        (name, exporter, opset, "float32")
+        for name in ("gpt_neox", "distilbert", "vit", "whisper_encoder", "convnext")
+        for exporter, opset in (("torchscript", 16), ("dynamo", 18))
+    ),
+    ("vit", "torchscript", 16, "float16"),
 ]
 
 
-class _FirstOutput(torch.nn.Module):
-    """Wraps a transformers model so the export has one plain tensor output."""
+class _TensorOutputs(torch.nn.Module):
+    """Wraps a transformers model: positional inputs, and every tensor it returns as an output
+    (so norms on secondary outputs, like ConvNeXt's pooler norm, are part of the export)."""
 
     def __init__(self, model: torch.nn.Module, names: list[str]) -> None:
         super().__init__()
@@ -137,7 +238,8 @@ class _FirstOutput(torch.nn.Module):
         self.names = names
 
     def forward(self, *args):
-        return self.model(**dict(zip(self.names, args, strict=True)), return_dict=False)[0]
+        outputs = self.model(**dict(zip(self.names, args, strict=True)), return_dict=False)
+        return tuple(output for output in outputs if isinstance(output, torch.Tensor))
 
 
 def is_rms_norm(module: torch.nn.Module) -> bool:
@@ -158,12 +260,39 @@ def randomise_norms(model: torch.nn.Module) -> None:
                 module.weight.uniform_(0.5, 1.5)
 
 
+def count_norm_calls(wrapped: torch.nn.Module, inputs: dict) -> dict:
+    """How many times the forward pass calls a layer-norm and an RMS-norm module (norms whose
+    result does not reach the exported output, like ConvNeXt's pooler norm, still count if
+    called; the wrapper returns only the first output, so the pooler is not)."""
+    calls = {"layer_norm_sites": 0, "rms_norm_sites": 0}
+
+    def hook(module, *_):
+        key = "layer_norm_sites" if isinstance(module, torch.nn.LayerNorm) else "rms_norm_sites"
+        calls[key] += 1
+
+    handles = [
+        module.register_forward_hook(hook)
+        for module in wrapped.modules()
+        if isinstance(module, torch.nn.LayerNorm) or is_rms_norm(module)
+    ]
+    with torch.no_grad():
+        wrapped(*inputs.values())
+    for handle in handles:
+        handle.remove()
+    return calls
+
+
 def export(name: str, exporter: str, opset: int, dtype: str) -> dict:
     """Export one model; returns its manifest entry (with `export_error` if the export failed)."""
     torch.manual_seed(0)
     model, inputs = MODELS[name]()
     randomise_norms(model)
     model = model.eval().to(getattr(torch, dtype))
+    inputs = {
+        key: value.to(getattr(torch, dtype)) if value.is_floating_point() else value
+        for key, value in inputs.items()
+    }
+    text = "input_ids" in inputs
     suffix = "" if (exporter, dtype) == ("torchscript", "float32") else f"_{exporter}_{dtype}"
     path = OUT_DIR / f"{name}_opset{opset}{suffix}.onnx"
     entry = {
@@ -172,15 +301,20 @@ def export(name: str, exporter: str, opset: int, dtype: str) -> dict:
         "exporter": exporter,
         "opset": opset,
         "dtype": dtype,
-        "layer_norm_sites": sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules()),
-        "rms_norm_sites": sum(is_rms_norm(m) for m in model.modules()),
+        **count_norm_calls(_TensorOutputs(model, list(inputs)), inputs),
         "inputs": {key: list(value.shape) for key, value in inputs.items()},
+        "dims": {"batch": 1, "sequence": SEQUENCE} if text else {"batch": 1},
         "int_input_high": SEQUENCE,
     }
-    wrapped, args, names = _FirstOutput(model, list(inputs)), tuple(inputs.values()), list(inputs)
+    wrapped, args, names = _TensorOutputs(model, list(inputs)), tuple(inputs.values()), list(inputs)
+    with torch.no_grad():
+        count = len(wrapped(*args))
+    output_names = ["last_hidden_state", *(f"output_{index}" for index in range(1, count))]
     try:
         if exporter == "torchscript":
-            axes = {key: {0: "batch", 1: "sequence"} for key in [*names, "last_hidden_state"]}
+            dynamic = {0: "batch", 1: "sequence"} if text else {0: "batch"}
+            axes = {key: dynamic for key in [*names, output_names[0]]}
+            axes |= {key: {0: "batch"} for key in output_names[1:]}
             torch.onnx.export(
                 wrapped,
                 args,
@@ -188,7 +322,7 @@ def export(name: str, exporter: str, opset: int, dtype: str) -> dict:
                 dynamo=False,
                 opset_version=opset,
                 input_names=names,
-                output_names=["last_hidden_state"],
+                output_names=output_names,
                 dynamic_axes=axes,
                 do_constant_folding=True,
             )
@@ -200,13 +334,14 @@ def export(name: str, exporter: str, opset: int, dtype: str) -> dict:
                 dynamo=True,
                 opset_version=opset,
                 input_names=names,
-                output_names=["last_hidden_state"],
+                output_names=output_names,
                 external_data=False,
             )
     except Exception as error:  # recorded in the manifest, not dropped
         traceback.print_exc()
         path.unlink(missing_ok=True)
-        entry["export_error"] = f"{type(error).__name__}: {str(error)[:500]}"
+        message = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+        entry["export_error"] = f"{type(error).__name__}: {message[:500]}"
     return entry
 
 

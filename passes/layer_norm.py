@@ -22,6 +22,7 @@ but compute something else are matched too, so that the report can say why they 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
@@ -29,13 +30,16 @@ from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, NearMiss, Site
 
 KIND = "layer-norm"
+WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 _x = AnyOf(Op("Cast", Var("x"), name="upcast"), Var("x"))
 _mean = Op("ReduceMean", _x, name="mean", extra_inputs=True)
 _centered = Op("Sub", _x, _mean, name="centered")
+# PyTorch's float16 export casts `x - mean` up (to float64) for the variance and the division.
+_deviation = AnyOf(Op("Cast", _centered, name="centered_cast"), _centered)
 _square = AnyOf(
-    Op("Pow", _centered, Const("two", 2.0), name="square"),
-    Op("Mul", _centered, _centered, name="square"),
+    Op("Pow", _deviation, Const("two", 2.0), name="square"),
+    Op("Mul", _deviation, _deviation, name="square"),
 )
 _variance = AnyOf(
     Op("ReduceMean", _square, name="variance_reduce", extra_inputs=True),
@@ -68,14 +72,14 @@ _variance = AnyOf(
 _shifted = Op("Add", _variance, Const("epsilon"), name="shifted")
 _std = Op("Sqrt", _shifted, name="std")
 _normed = AnyOf(
-    Op("Div", _centered, _std, name="normed"),
-    Op("Mul", _centered, Op("Reciprocal", _std), name="normed"),
-    Op("Mul", _centered, Op("Div", Const("one", 1.0), _std), name="normed"),
-    Op("Mul", _centered, Op("Pow", _shifted, Const("minus_half", -0.5)), name="normed"),
+    Op("Div", _deviation, _std, name="normed"),
+    Op("Mul", _deviation, Op("Reciprocal", _std), name="normed"),
+    Op("Mul", _deviation, Op("Div", Const("one", 1.0), _std), name="normed"),
+    Op("Mul", _deviation, Op("Pow", _shifted, Const("minus_half", -0.5)), name="normed"),
     # Near-miss: epsilon added after the square root.
     Op(
         "Div",
-        _centered,
+        _deviation,
         Op("Add", Op("Sqrt", _variance), Const("epsilon"), name="std_plus_epsilon"),
         name="normed",
     ),
@@ -147,6 +151,8 @@ def _check(match: Match, context: Context) -> Site:
     if "std_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
     _reject_group_norm(match, context)
+    if "centered_cast" in match and match.node("centered_cast").attrs["to"] not in WIDE_TYPES:
+        raise checks.Reject("cast-types", "x - mean is cast to a narrower type")
     io = checks.fused_io(match, context)
     shape = checks.known_shape(match["x"], context)
     rank = len(shape)
