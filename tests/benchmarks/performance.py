@@ -64,10 +64,7 @@ def one_model(entry: dict, options: bench.BenchOptions, folder: Path) -> list[di
         bench.BenchModel("normfuse", result.model),
         bench.BenchModel("ort-optimizer", ort_model),
     ]
-    sequence = entry["inputs"]["input_ids"][1]
-    report = bench.run(
-        models, dataclasses.replace(options, dims={"sequence": sequence, "batch": 1})
-    )
+    report = bench.run(models, dataclasses.replace(options, dims=entry["dims"]))
     rows = []
     for level in options.levels:
         timings = {t.model: t for t in report.timings if t.level == level}
