@@ -231,3 +231,14 @@ def test_validates_on_cuda() -> None:
     report = normfuse.validate(original, result.model, ValidationOptions(providers=("cpu", "cuda")))
     assert report.passed
     assert {run.provider for run in report.runs} == {"cpu", "cuda"}
+
+
+def test_float32_output_of_a_float16_model_gets_float16_tolerance() -> None:
+    from normfuse.validate import narrowest_float_type
+
+    model = onnx.load(MODELS_DIR / "real/gemma_opset17_torchscript_float16.onnx")
+    assert narrowest_float_type(model) == "float16"
+    assert narrowest_float_type(norm_model(LayerNormSpec())) == "float32"
+    base = np.array([3.0], np.float32)
+    assert not compare_output("y", base, base + 5e-4).passed
+    assert compare_output("y", base, base + 5e-4, compute_dtype="float16").passed

@@ -41,9 +41,16 @@ class OutputComparison:
         return asdict(self)
 
 
-def tolerances(dtype: np.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    """The (atol, rtol) for `dtype`, each overridden when given."""
-    default_atol, default_rtol = DEFAULT_TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0))
+def tolerances(
+    dtype: np.dtype, atol: float | None, rtol: float | None, compute_dtype: str | None = None
+) -> tuple[float, float]:
+    """The (atol, rtol) for an output of `dtype` from a model computing in `compute_dtype` (its
+    narrowest float type: a float32 output of a float16 model carries float16 rounding), each
+    overridden when given."""
+    candidates = [DEFAULT_TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0))]
+    if compute_dtype in DEFAULT_TOLERANCES:
+        candidates.append(DEFAULT_TOLERANCES[compute_dtype])
+    default_atol, default_rtol = max(candidates)
     return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
 
 
@@ -54,8 +61,10 @@ def compare_output(
     atol: float | None = None,
     rtol: float | None = None,
     reference: np.ndarray | None = None,
+    compute_dtype: str | None = None,
 ) -> OutputComparison:
-    """Compare one output; `reference` is the float64 run of the original, when there is one."""
+    """Compare one output; `reference` is the float64 run of the original, when there is one;
+    `compute_dtype` the model's narrowest float type (see `tolerances`)."""
     dtype = original.dtype
     if original.shape != candidate.shape or original.dtype != candidate.dtype:
         detail = f"shape/dtype {candidate.shape} {candidate.dtype} != {original.shape} {dtype}"
@@ -65,7 +74,7 @@ def compare_output(
         mismatched = float(np.count_nonzero(original != candidate))
         detail = "" if equal else f"{int(mismatched)} elements differ"
         return OutputComparison(name, str(dtype), mismatched, 0, 0, 0, 0, equal, detail)
-    atol_, rtol_ = tolerances(dtype, atol, rtol)
+    atol_, rtol_ = tolerances(dtype, atol, rtol, compute_dtype)
     wide_original, wide_candidate = original.astype(np.float64), candidate.astype(np.float64)
     finite = np.isfinite(wide_original)
     new_non_finite = int(np.count_nonzero(finite & ~np.isfinite(wide_candidate)))

@@ -151,6 +151,7 @@ def compare_models(
     reference, reference_note = _float64_reference(original, feeds)
     notes.append(reference_note)
     names = [info.name for info in original.graph.output]
+    compute_dtype = narrowest_float_type(original)
     runs = []
     for provider in options.providers:
         for level in WHOLE_MODEL_LEVELS:
@@ -164,11 +165,34 @@ def compare_models(
                     options.atol,
                     options.rtol,
                     None if reference is None else reference[index],
+                    compute_dtype,
                 )
                 for index, (name, e, a) in enumerate(zip(names, expected, actual, strict=True))
             )
             runs.append(RunComparison(provider, level, outputs))
     return ValidationReport(runs, notes=notes)
+
+
+_NARROW_FIRST = {
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.FLOAT: "float32",
+}
+
+
+def narrowest_float_type(model: onnx.ModelProto) -> str | None:
+    """The narrowest float type the model computes in (inputs, outputs, initializers, Casts)."""
+    graph = model.graph
+    found = {info.type.tensor_type.elem_type for info in [*graph.input, *graph.output]}
+    found |= {tensor.data_type for tensor in graph.initializer}
+    found |= {
+        a.i
+        for node in graph.node
+        if node.op_type == "Cast"
+        for a in node.attribute
+        if a.name == "to"
+    }
+    return next((name for elem_type, name in _NARROW_FIRST.items() if elem_type in found), None)
 
 
 def _check_same_signature(original: onnx.ModelProto, candidate: onnx.ModelProto) -> None:
