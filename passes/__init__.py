@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from normfuse.passes.layer_norm import LayerNormPass
 from normfuse.passes.rms_norm import RmsNormPass
+from normfuse.passes.skip_norm import SkipNormPass
 
-# Layer norm first: a bias-free layer norm must not become Sub + RMS norm.
-ALL_PASSES = (LayerNormPass(), RmsNormPass())
+# Layer norm first: a bias-free layer norm must not become Sub + RMS norm. Residual fusion last,
+# on the fused norms.
+ALL_PASSES = (LayerNormPass(), RmsNormPass(), SkipNormPass())
 PASS_NAMES = tuple(fusion_pass.name for fusion_pass in ALL_PASSES)
+# skip-norm only when named, or chosen per site by timing (optimize --tune-for).
+DEFAULT_PASS_NAMES = ("layer-norm", "rms-norm")
 
 
 def select(names: str | list[str] | tuple[str, ...] | None):
-    """The passes named in `names` (comma-separated or a list), in driver order; all when None."""
+    """The passes named in `names` (comma-separated or a list), in driver order; the default ones
+    when None."""
     if names is None:
-        return ALL_PASSES
+        names = DEFAULT_PASS_NAMES
     if isinstance(names, str):
         names = [name.strip() for name in names.split(",") if name.strip()]
     unknown = sorted(set(names) - set(PASS_NAMES))

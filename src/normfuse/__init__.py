@@ -19,7 +19,10 @@ from normfuse import model_io, rewrite, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError
+from normfuse.forms import FormChooser
+from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
+from normfuse.sessions import parse_providers
 from normfuse.shapes import tensor_types
 from normfuse.structure import check_structure
 from normfuse.targets import Target
@@ -58,6 +61,7 @@ def optimize(
     passes: str | list[str] | None = None,
     base_dir: str | os.PathLike | None = None,
     validation: ValidationOptions | None = None,
+    tune_for: str | None = None,
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
@@ -65,11 +69,16 @@ def optimize(
     names the passes to run (default: all). For a `ModelProto` whose weights are in external data,
     `base_dir` is the folder they are in. With `validation`, each fused site is run alone against
     its original subgraph, failing sites are left decomposed (near-miss `failed-validation`), and
-    the whole model is compared with the original; the outcome is `report.validation`. The input
-    is never modified.
+    the whole model is compared with the original; the outcome is `report.validation`. With
+    `tune_for` ("cpu" or "cuda"), residual fusion is added and each site's form is chosen by
+    timing it on that provider (`report.tuning`). The input is never modified.
     """
     loaded = _load(model, base_dir)
-    result = _optimize(loaded, target, passes, frozenset(), _name(model))
+    chooser = None
+    if tune_for is not None:
+        chooser = FormChooser(parse_providers(tune_for)[0])
+        passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
+    result = _optimize(loaded, target, passes, frozenset(), _name(model), chooser)
     if validation is None:
         return result
     checks = validate_module.check_sites(
@@ -77,7 +86,7 @@ def optimize(
     )
     failed = frozenset(check.output for check in checks if not check.passed)
     if failed:
-        result = _optimize(loaded, target, passes, failed, _name(model))
+        result = _optimize(loaded, target, passes, failed, _name(model), chooser)
     report = validate_module.compare_models(
         loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
     )
@@ -92,6 +101,7 @@ def _optimize(
     passes: str | list[str] | None,
     excluded: frozenset[str],
     name: str | None,
+    chooser: FormChooser | None = None,
 ) -> OptimizeResult:
     from normfuse.passes import select
 
@@ -106,6 +116,7 @@ def _optimize(
         chosen_target,
         targets.emissions(original, chosen_target),
         excluded,
+        chooser,
     )
     graph = _import_graph(original)
     nodes_before = len(graph.nodes)
@@ -116,6 +127,8 @@ def _optimize(
     opset_needed = max((site.opset for site in result.sites), default=opset_before)
     if opset_needed > opset_before:
         targets.set_default_opset(optimised, opset_needed)
+    for domain in sorted({site.domain for site in result.sites} - {"", "ai.onnx"}):
+        targets.import_domain(optimised, domain)
     if result.sites and not ort_only and _passes_checker(original, full=False):
         _check(optimised, full=chosen_target is Target.ONNX)
     report = Report(
@@ -130,6 +143,7 @@ def _optimize(
         opset_before,
         targets.default_opset(optimised),
         ort_only,
+        tuning=[] if chooser is None else chooser.records(),
     )
     return OptimizeResult(optimised, report, loaded.base_dir)
 

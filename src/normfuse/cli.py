@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument(
         "--bench", action="store_true", help="time the original and the result side by side"
     )
+    optimize.add_argument(
+        "--tune-for",
+        choices=["cpu", "cuda"],
+        help="add residual (Skip*) fusion where it times faster at the site's shape there",
+    )
     _add_bench_options(optimize)
 
     bench = commands.add_parser("bench", help="batch-one latency of models, side by side")
@@ -167,7 +172,11 @@ def _optimize(args: argparse.Namespace) -> int:
     output = _output_path(args)
     options = _validation_options(args) if args.validate else None
     result = normfuse.optimize(
-        args.model, target=args.target, passes=args.passes, validation=options
+        args.model,
+        target=args.target,
+        passes=args.passes,
+        validation=options,
+        tune_for=args.tune_for,
     )
     report = result.report
     if report.validation is not None and not report.validation.passed:

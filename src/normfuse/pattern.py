@@ -8,7 +8,7 @@ A pattern describes how a tensor is computed, written as nested calls that read 
 Semantics:
 - `Var(name)` matches any tensor and binds it; `Const(name)` matches a constant (initializer,
   `Constant` node, or a `Cast` of one), optionally of a given one-element value.
-- `Op(op, *inputs)` matches a tensor produced by a default-domain node of that type whose leading
+- `Op(op, *inputs)` matches the first output of a default-domain node of that type whose leading
   inputs match `inputs` (`Add` and `Mul` in either operand order). `extra_inputs=True` lets the
   node have further inputs (a `ReduceMean` axes input, read later by the check).
 - `AnyOf(...)` tries alternatives in order. A name used twice must bind the same tensor, or two
@@ -153,6 +153,8 @@ def _match_op(
 ) -> Iterator[_State]:
     node = producer(tensor)
     if node is None or node.op != pattern.op or node.domain not in DEFAULT_DOMAINS:
+        return
+    if node.outputs[0] is not tensor:  # a secondary output (LayerNormalization's Mean, ...)
         return
     count = len(pattern.inputs)
     if len(node.inputs) < count or (len(node.inputs) > count and not pattern.extra_inputs):

@@ -27,6 +27,7 @@ class Report:
     ort_only: bool
     notes: list[str] = field(default_factory=list)
     validation: ValidationReport | None = None
+    tuning: list[dict] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Nodes before and after, and fused sites per kind."""
@@ -47,6 +48,7 @@ class Report:
             "ort_only": self.ort_only,
             "notes": list(self.notes),
             **({"validation": self.validation.as_dict()} if self.validation else {}),
+            **({"tuning": list(self.tuning)} if self.tuning else {}),
         }
 
     def to_json(self) -> str:
@@ -68,6 +70,13 @@ class Report:
         for miss in self.near_misses:
             lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
         lines.extend(self.notes)
+        for choice in self.tuning:
+            low, high = choice["skip_ratio_interval_95"]
+            lines.append(
+                f"tuned {choice['family']} at {choice['shape']} {choice['dtype']}: Skip form "
+                f"{choice['skip_ratio']:.2f}x Add + norm [{low:.2f}, {high:.2f}] -> "
+                f"{choice['choice']}"
+            )
         if self.validation is not None:
             verdict = "passed" if self.validation.passed else "FAILED"
             lines.extend(["", f"validation {verdict}:", self.validation.table()])

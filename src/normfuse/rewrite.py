@@ -18,6 +18,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.constants import ConstantReader
+from normfuse.forms import FormChooser
 from normfuse.pattern import Match, Pattern, match_first
 from normfuse.targets import Emission, Target
 
@@ -36,6 +37,8 @@ class FusedNode:
     attrs: dict
     inputs: tuple[gs.Tensor | np.ndarray | None, ...]
     output_cast: int | None = None
+    # (output index, tensor): existing tensors the fused node produces too (a Skip op's sum).
+    extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,14 @@ class Site:
     fused: FusedNode = field(repr=False, compare=False)
     opset: int = 0
     ort_only: bool = False
+
+    def input_names(self) -> tuple[str, ...]:
+        """The graph tensors the fused node reads (its non-constant inputs), first one first."""
+        return tuple(
+            value.name
+            for value in self.fused.inputs
+            if isinstance(value, gs.Variable) and value.name
+        )
 
     def as_dict(self) -> dict:
         """The JSON form of DESIGN.md's report."""
@@ -92,6 +103,8 @@ class Context:
     emissions: dict[str, Emission | None]
     # Outputs of sites that failed validation: left decomposed, reported as near-misses.
     excluded: frozenset[str] = frozenset()
+    # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
+    form_chooser: FormChooser | None = None
 
     def rank(self, tensor: gs.Tensor) -> int | None:
         """The rank of `tensor` when known."""
@@ -265,13 +278,17 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
             graph.nodes.append(
                 gs.Node("Cast", cast_name, {"to": site.fused.output_cast}, [fused_output], [output])
             )
+        outputs = [fused_output]
+        for index, tensor in site.fused.extra_outputs:
+            tensor.inputs.clear()
+            outputs += [gs.Variable.empty() for _ in range(index - len(outputs))] + [tensor]
         graph.nodes.append(
             gs.Node(
                 site.fused.op,
                 name,
                 dict(site.fused.attrs),
                 inputs,
-                [fused_output],
+                outputs,
                 domain=site.fused.domain,
             )
         )

@@ -14,15 +14,14 @@ FLOAT_ELEM_TYPES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.Tenso
 
 def extract(
     model: onnx.ModelProto,
-    input_name: str,
+    inputs: dict[str, tuple[int, list[int]]],
     output_name: str,
-    types: tuple[int, int],
-    input_shape: list[int],
+    output_type: int,
     base_dir: Path | None,
 ) -> onnx.ModelProto | None:
-    """The nodes computing `output_name` from `input_name` and constants, as a model with one
-    input and one output (`types`: their element types); None when the output depends on anything
-    else."""
+    """The nodes computing `output_name` from `inputs` (name -> element type and shape) and
+    constants, as a model with those inputs and one output; None when the output depends on
+    anything else."""
     graph = model.graph
     producers = {name: node for node in graph.node for name in node.output}
     initializers = {tensor.name: tensor for tensor in graph.initializer}
@@ -31,7 +30,7 @@ def extract(
     stack, seen = [output_name], set()
     while stack:
         name = stack.pop()
-        if name in seen or name in (input_name, ""):
+        if name in seen or name in inputs or not name:
             continue
         seen.add(name)
         if name in initializers:
@@ -47,11 +46,13 @@ def extract(
         stack.extend(node.input)
     nodes = [node for node in graph.node if id(node) in needed_nodes]
     tensors = [_loaded(initializers[name], base_dir) for name in sorted(needed_initializers)]
-    input_type, output_type = types
     site_graph = onnx.helper.make_graph(
         nodes,
         f"site_{output_name}",
-        [onnx.helper.make_tensor_value_info(input_name, input_type, input_shape)],
+        [
+            onnx.helper.make_tensor_value_info(name, elem_type, shape)
+            for name, (elem_type, shape) in inputs.items()
+        ],
         [onnx.helper.make_tensor_value_info(output_name, output_type, None)],
         tensors,
     )

@@ -156,3 +156,9 @@ def set_default_opset(model: onnx.ModelProto, opset: int) -> None:
             entry.version = opset
     needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
     model.ir_version = max(model.ir_version, needed)
+
+
+def import_domain(model: onnx.ModelProto, domain: str, version: int = 1) -> None:
+    """Import operator set `domain` (e.g. com.microsoft for ONNX Runtime's ops) if not yet."""
+    if not any(entry.domain == domain for entry in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(domain, version))

@@ -230,19 +230,17 @@ def check_sites(
     types = tensor_types(original)
     checks = []
     for site in sites:
-        elem_type, shape = types.get(site.input, (None, None))
-        if elem_type is None or shape is None:
+        feeds = _site_feeds(site, types, options)
+        output_type = types.get(site.output, (None,))[0]
+        if feeds is None or output_type is None:
             checks.extend(
-                SiteCheck(site.output, site.kind, p, None, "input type unknown")
+                SiteCheck(site.output, site.kind, p, None, "input or output type unknown")
                 for p in options.providers
             )
             continue
-        concrete = [dim if isinstance(dim, int) else options.dims.get(dim, 1) for dim in shape]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-        x = site_rows(concrete, site.axis, dtype, options.seed)
-        io_types = (elem_type, types.get(site.output, (elem_type,))[0])
-        before = extract(original, site.input, site.output, io_types, list(x.shape), base_dir)
-        after = extract(candidate, site.input, site.output, io_types, list(x.shape), base_dir)
+        inputs = {name: (types[name][0], list(value.shape)) for name, value in feeds.items()}
+        before = extract(original, inputs, site.output, output_type, base_dir)
+        after = extract(candidate, inputs, site.output, output_type, base_dir)
         if before is None or after is None:
             checks.extend(
                 SiteCheck(site.output, site.kind, p, None, "could not isolate the site")
@@ -250,11 +248,28 @@ def check_sites(
             )
             continue
         for provider in options.providers:
-            expected = sessions.create(before, provider).run(None, {site.input: x})[0]
-            actual = sessions.create(after, provider).run(None, {site.input: x})[0]
+            expected = sessions.create(before, provider).run(None, feeds)[0]
+            actual = sessions.create(after, provider).run(None, feeds)[0]
             comparison = compare_output(site.output, expected, actual, options.atol, options.rtol)
             checks.append(SiteCheck(site.output, site.kind, provider, comparison))
     return checks
+
+
+def _site_feeds(site: Site, types: dict, options: ValidationOptions) -> dict | None:
+    """Adversarial rows for the site's first input, random ones of the same shape for the rest."""
+    names = site.input_names()
+    if any(name not in types or types[name][1] is None for name in names):
+        return None
+    elem_type, shape = types[names[0]]
+    concrete = [dim if isinstance(dim, int) else options.dims.get(dim, 1) for dim in shape]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    first = site_rows(concrete, site.axis, dtype, options.seed)
+    rng = np.random.default_rng(options.seed + 1)
+    feeds = {names[0]: first}
+    for name in names[1:]:
+        other = onnx.helper.tensor_dtype_to_np_dtype(types[name][0])
+        feeds[name] = rng.normal(0.0, 1.0, first.shape).astype(other)
+    return feeds
 
 
 def site_rows(shape: list[int], axis: int, dtype: np.dtype, seed: int) -> np.ndarray:

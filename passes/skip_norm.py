@@ -1,0 +1,110 @@
+"""Residual fusion (ONNX Runtime only): `Add(input, skip)` feeding a fused norm becomes ONNX
+Runtime's `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` (`com.microsoft`)::
+
+    input, skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
+        =>  input, skip ──> SkipLayerNormalization(scale[, bias]) ──> y  [, sum]
+
+When `sum` is also used downstream (the pre-norm residual stream), it becomes the op's fourth
+output. Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters
+wrote themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
+were measured slower than `Add` + norm (see README), so the form is either asked for by name
+(`--passes ...,skip-norm`) or chosen per site by timing (`optimize --tune-for`).
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from normfuse import norm_checks as checks
+from normfuse.pattern import Const, Match, Op, Var
+from normfuse.rewrite import Context, FusedNode, NearMiss, Site
+from normfuse.targets import Target
+
+KIND = "skip-norm"
+MS_DOMAIN = "com.microsoft"
+SKIP_OPS = {
+    "LayerNormalization": "SkipLayerNormalization",
+    "SimplifiedLayerNormalization": "SkipSimplifiedLayerNormalization",
+}
+
+_sum = Op("Add", Var("input"), Var("skip"), name="sum")
+PATTERNS = (
+    Op("LayerNormalization", _sum, Const("scale"), Const("bias"), name="y"),
+    Op("LayerNormalization", _sum, Const("scale"), name="y"),
+    Op("SimplifiedLayerNormalization", _sum, Const("scale"), name="y"),
+)
+
+
+class SkipNormPass:
+    """Fuses a residual `Add` into the norm after it, where that form is wanted."""
+
+    name = "skip-norm"
+    kind = KIND
+    patterns = PATTERNS
+    shared_names = ("sum",)
+
+    def site_key(self, match: Match) -> gs.Node:
+        """The norm node identifies the site."""
+        return match.node("y")
+
+    def check(self, match: Match, context: Context) -> Site | NearMiss | None:
+        """A `Site` when the residual form applies and is wanted, else why not."""
+        try:
+            return _check(match, context)
+        except checks.Reject as reject:
+            return NearMiss(KIND, match.node("y").name, reject.reason, reject.detail)
+
+
+def _check(match: Match, context: Context) -> Site:
+    if context.target is not Target.ORT:
+        raise checks.Reject("ort-only-form", "Skip* ops exist only in ONNX Runtime (--target ort)")
+    norm = match.node("y")
+    first, second = match["input"], match["skip"]
+    if context.reader.is_constant(first) or context.reader.is_constant(second):
+        raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
+    shapes = {context.shape(first), context.shape(second)}
+    shape = shapes.pop() if len(shapes) == 1 else None
+    if shape is None or len(shape) != 3 or not all(isinstance(d, int) for d in shape):
+        raise checks.Reject("skip-shape", f"input and skip need one static 3-D shape, got {shapes}")
+    if norm.attrs.get("axis", -1) not in (-1, 2) or norm.attrs.get("stash_type", 1) != 1:
+        raise checks.Reject("skip-axis", "Skip* ops normalise the last axis in float32 only")
+    elem_type = context.elem_type(first)
+    if elem_type not in checks.FLOAT_TYPES:
+        raise checks.Reject("unsupported-dtype", "Skip* fused for float32/float16 only")
+    family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
+    chooser = context.form_chooser
+    if chooser is not None:
+        choice = chooser.choose(family, shape, elem_type, "bias" in match)
+        if not choice.use_skip:
+            low, high = choice.interval
+            raise checks.Reject(
+                "measured-slower",
+                f"{SKIP_OPS[norm.op]} at {list(shape)} on {chooser.provider}: {choice.ratio:.2f}x "
+                f"Add + {norm.op} [{low:.2f}, {high:.2f}]; kept Add + {norm.op}",
+            )
+    return _site(match, norm)
+
+
+def _site(match: Match, norm: gs.Node) -> Site:
+    params = [match["scale"], *([match["bias"]] if "bias" in match else [])]
+    inputs = (match["input"], match["skip"], *params)
+    summed = match["sum"]
+    escapes = any(user is not norm for user in summed.outputs)
+    extra = ((3, summed),) if escapes else ()
+    epsilon = float(norm.attrs.get("epsilon", 1e-5))
+    op = SKIP_OPS[norm.op]
+    fused = FusedNode(op, MS_DOMAIN, {"epsilon": epsilon}, inputs, extra_outputs=extra)
+    removed = tuple(node.name for node in match.nodes)
+    return Site(
+        KIND,
+        op,
+        MS_DOMAIN,
+        -1,
+        epsilon,
+        match["input"].name,
+        match.root.name,
+        removed,
+        fused,
+        0,
+        ort_only=True,
+    )

@@ -1,0 +1,99 @@
+"""Residual fusion: Add + norm -> ONNX Runtime's Skip* ops, when asked for or measured faster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import FLOAT32_ATOL, max_abs_diff, op_types, random_inputs
+
+import normfuse
+from models.builders import LayerNormSpec, RmsNormSpec, norm_model
+from normfuse.forms import FormChoice, FormChooser
+
+SHAPE = (2, 7, 32)
+
+
+def pre_norm_blocks(spec, layers: int = 2):
+    """Blocks `h = h + MatMul(norm(h))`: every norm after the first reads a residual Add whose
+    sum also feeds the next residual Add."""
+    return norm_model(spec, shape=SHAPE, layers=layers)
+
+
+@pytest.mark.parametrize(
+    ("spec", "passes", "skip_op"),
+    [
+        (LayerNormSpec(), "layer-norm,skip-norm", "SkipLayerNormalization"),
+        (LayerNormSpec(bias=False), "layer-norm,skip-norm", "SkipLayerNormalization"),
+        (RmsNormSpec(), "rms-norm,skip-norm", "SkipSimplifiedLayerNormalization"),
+    ],
+)
+def test_fuses_residual_add_with_the_sum_as_fourth_output(spec, passes, skip_op) -> None:
+    original = pre_norm_blocks(spec, layers=3)
+    result = normfuse.optimize(original, passes=passes)
+    norm_op = (
+        "LayerNormalization" if isinstance(spec, LayerNormSpec) else "SimplifiedLayerNormalization"
+    )
+    assert op_types(result.model) == [
+        norm_op,
+        "MatMul",
+        skip_op,
+        "MatMul",
+        skip_op,
+        "MatMul",
+        "Add",
+    ]
+    skips = [n for n in result.model.graph.node if n.op_type == skip_op]
+    assert all(len(n.output) == 4 and n.output[3] for n in skips)
+    assert {(e.domain, e.version) for e in result.model.opset_import} >= {("com.microsoft", 1)}
+    assert result.report.ort_only
+    feeds = random_inputs(original, seed=21)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_not_applied_by_default_nor_for_target_onnx() -> None:
+    original = pre_norm_blocks(LayerNormSpec())
+    default = normfuse.optimize(original)
+    assert "SkipLayerNormalization" not in op_types(default.model)
+    standard = normfuse.optimize(original, target="onnx", passes="layer-norm,skip-norm")
+    assert "SkipLayerNormalization" not in op_types(standard.model)
+    assert "ort-only-form" in [miss.reason for miss in standard.report.near_misses]
+
+
+def test_symbolic_shapes_are_left_alone() -> None:
+    original = norm_model(LayerNormSpec(), shape=("batch", 7, 32), layers=2)
+    result = normfuse.optimize(original, passes="layer-norm,skip-norm")
+    assert "SkipLayerNormalization" not in op_types(result.model)
+    assert "skip-shape" in [miss.reason for miss in result.report.near_misses]
+
+
+def scripted_choice(use_skip: bool):
+    def measure(self, family, shape, elem_type, bias):
+        ratio = 0.8 if use_skip else 3.0
+        return FormChoice(
+            family, shape, "float", 1.0, ratio, ratio, (ratio - 0.05, ratio + 0.05), use_skip
+        )
+
+    return measure
+
+
+@pytest.mark.parametrize("use_skip", [True, False])
+def test_tune_for_follows_the_measurement(use_skip: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FormChooser, "_measure", scripted_choice(use_skip))
+    original = pre_norm_blocks(LayerNormSpec(), layers=3)
+    result = normfuse.optimize(original, tune_for="cpu")
+    skips = op_types(result.model).count("SkipLayerNormalization")
+    assert skips == (2 if use_skip else 0)
+    assert len(result.report.tuning) == 1  # both sites share one shape: timed once
+    assert result.report.tuning[0]["choice"] == ("skip" if use_skip else "add+norm")
+    if not use_skip:
+        assert [m.reason for m in result.report.near_misses] == ["measured-slower"] * 2
+    feeds = random_inputs(original, seed=22)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_form_chooser_times_both_forms_for_real() -> None:
+    choice = FormChooser("cpu", runs=20).choose("layer-norm", (1, 4, 32), 1, bias=True)
+    assert choice.unfused_ms > 0 and choice.skip_ms > 0
+    assert choice.interval[0] <= choice.ratio <= choice.interval[1]
+    assert choice.use_skip == (choice.interval[1] < 1.0)
+    assert np.isfinite(choice.ratio)
