@@ -27,7 +27,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, NearMiss, Site
+from normfuse.rewrite import Context, NearMiss, Site, node_label
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
@@ -141,7 +141,7 @@ class LayerNormPass:
         try:
             return _check(match, context)
         except checks.Reject as reject:
-            return NearMiss(KIND, match.node("mean").name, reject.reason, reject.detail)
+            return NearMiss(KIND, node_label(match.node("mean")), reject.reason, reject.detail)
 
 
 _RESHAPED = Op("Reshape", Var("ungrouped"), Var("groups"))

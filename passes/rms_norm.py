@@ -21,7 +21,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, NearMiss, Site
+from normfuse.rewrite import Context, NearMiss, Site, node_label
 
 KIND = "rms-norm"
 
@@ -100,7 +100,7 @@ class RmsNormPass:
         try:
             return _check(match, context)
         except checks.Reject as reject:
-            return NearMiss(KIND, match.node("reduce").name, reject.reason, reject.detail)
+            return NearMiss(KIND, node_label(match.node("reduce")), reject.reason, reject.detail)
 
 
 def _check(match: Match, context: Context) -> Site:

@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import Const, Match, Op, Var
-from normfuse.rewrite import Context, FusedNode, NearMiss, Site
+from normfuse.rewrite import Context, FusedNode, NearMiss, Site, node_label
 from normfuse.targets import Target
 
 KIND = "skip-norm"
@@ -52,7 +52,7 @@ class SkipNormPass:
         try:
             return _check(match, context)
         except checks.Reject as reject:
-            return NearMiss(KIND, match.node("y").name, reject.reason, reject.detail)
+            return NearMiss(KIND, node_label(match.node("y")), reject.reason, reject.detail)
 
 
 def _check(match: Match, context: Context) -> Site:
@@ -107,4 +107,5 @@ def _site(match: Match, norm: gs.Node) -> Site:
         fused,
         0,
         ort_only=True,
+        node_ids=frozenset(id(node) for node in match.nodes),
     )

@@ -281,3 +281,13 @@ def test_rejects_each_equivalence_condition(spec, op_type, change, reason) -> No
     assert result.model.SerializeToString() == original.SerializeToString()
     if reason is not None:
         assert reason in [miss.reason for miss in result.report.near_misses]
+
+
+def test_fuses_every_site_of_a_model_with_unnamed_nodes() -> None:
+    original = norm_model(LayerNormSpec(), layers=3)
+    for node in original.graph.node:
+        node.name = ""
+    result = normfuse.optimize(original)
+    assert op_types(result.model).count("LayerNormalization") == 3
+    feeds = random_inputs(original, seed=14)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL

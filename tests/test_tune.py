@@ -97,3 +97,29 @@ def test_tune_cli_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = json.loads(out.read_text())
     assert [c["config"] for c in data["results"][0]["candidates"]] == ["all", "extended"]
     assert "snippet" in data["results"][0]
+
+
+def test_optimize_tune_for_prints_a_session_hint(tmp_path: Path, monkeypatch, capsys) -> None:
+    import normfuse.cli
+    from normfuse.forms import FormChooser
+
+    monkeypatch.setattr(tune, "candidate_configs", lambda *args: CONFIGS)
+    real_tune = tune.tune
+
+    def scripted_tune(model, options):
+        durations = [1.0, 1.0, 1.0, 0.5]
+        return real_tune(
+            model, bench.BenchOptions(warmup=2, runs=40, threads=1, clock=ScriptedClock(durations))
+        )
+
+    monkeypatch.setattr(normfuse.cli, "tune", scripted_tune)
+
+    def no_form_timing(*args):
+        raise AssertionError("symbolic shapes: no residual site to time")
+
+    monkeypatch.setattr(FormChooser, "_measure", no_form_timing)
+    path = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), path)
+    assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--tune-for", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "hint: on cpu, ORT session settings 'all -SkipLayerNormFusion'" in out

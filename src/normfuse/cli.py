@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -198,7 +199,23 @@ def _optimize(args: argparse.Namespace) -> int:
             BenchModel("normfuse", result.model, result.base_dir),
         ]
         _run_bench(models, args)
+    if args.tune_for:
+        _print_session_hint(BenchModel(str(output), result.model, result.base_dir), args)
     return EXIT_OK
+
+
+def _print_session_hint(model: BenchModel, args: argparse.Namespace) -> None:
+    """One line when ORT session settings beat ORT's default on the result beyond noise."""
+    options = dataclasses.replace(_bench_options(args), providers=(args.tune_for,))
+    result = tune(model, options).results[0]
+    if result.beats_default:
+        timing = result.timings[result.configs.index(result.best)]
+        low, high = timing.ratio_interval
+        print(
+            f"hint: on {args.tune_for}, ORT session settings '{result.best.label}' ran the result "
+            f"in {timing.ratio:.2f}x the time of ORT's default [{low:.2f}, {high:.2f}]; "
+            f"`normfuse tune {model.name}` prints the code"
+        )
 
 
 def _tune(args: argparse.Namespace) -> int:

@@ -227,6 +227,7 @@ def fused_site(
         fused,
         emission.opset,
         emission.ort_only,
+        frozenset(id(node) for node in match.nodes),
     )
 
 

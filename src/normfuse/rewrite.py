@@ -56,6 +56,8 @@ class Site:
     fused: FusedNode = field(repr=False, compare=False)
     opset: int = 0
     ort_only: bool = False
+    # Identities of the matched nodes (names may be empty or repeated): for overlap decisions.
+    node_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""
@@ -209,7 +211,7 @@ def _decide(
             outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
         if isinstance(outcome, Site) and outcome.output in context.excluded:
             reason = "failed-validation"
-            return NearMiss(outcome.kind, outcome.removed_nodes[-1], reason, _EXCLUDED_DETAIL)
+            return NearMiss(outcome.kind, outcome.output, reason, _EXCLUDED_DETAIL)
         if outcome is None or isinstance(outcome, Site):
             return outcome
         first_miss = first_miss or outcome
@@ -231,23 +233,20 @@ def _escaping_intermediate(
                 continue
             outside = [user for user in tensor.outputs if id(user) not in inside]
             if outside or tensor.name in graph_outputs:
-                users = ", ".join(user.name for user in outside) or "a graph output"
-                return NearMiss(
-                    fusion_pass.kind,
-                    node.name,
-                    INTERMEDIATE_USED_ELSEWHERE,
-                    f"{tensor.name!r} (from {node.op} {node.name!r}) is also used by {users}",
-                )
+                users = ", ".join(node_label(user) for user in outside) or "a graph output"
+                label = node_label(node)
+                detail = f"{tensor.name!r} (from {node.op} {label!r}) is also used by {users}"
+                return NearMiss(fusion_pass.kind, label, INTERMEDIATE_USED_ELSEWHERE, detail)
     return None
 
 
 def _without_overlaps(sites: list[Site], graph: gs.Graph) -> list[Site]:
     """Keep the largest sites first; drop any that shares a node with one already kept."""
-    taken: set[str] = set()
+    taken: set[int] = set()
     kept = []
-    for site in sorted(sites, key=lambda s: len(s.removed_nodes), reverse=True):
-        if taken.isdisjoint(site.removed_nodes):
-            taken.update(site.removed_nodes)
+    for site in sorted(sites, key=lambda s: len(s.node_ids), reverse=True):
+        if taken.isdisjoint(site.node_ids):
+            taken.update(site.node_ids)
             kept.append(site)
     order = {tensor.name: index for index, tensor in enumerate(_all_outputs(graph))}
     return sorted(kept, key=lambda site: order[site.output])
@@ -312,6 +311,11 @@ def _fused_inputs(fused: FusedNode, name: str, tensors: dict) -> list[gs.Tensor]
         else:
             inputs.append(value)
     return inputs
+
+
+def node_label(node: gs.Node) -> str:
+    """A node's name, or `Op->output` for an unnamed node."""
+    return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"
 
 
 def _unique(name: str, taken) -> str:
