@@ -467,3 +467,22 @@ def spelling_table() -> str:
         assert name in registries[family], name
         lines.append(f"| {family} | `{name}` | {source} |")
     return "\n".join(lines) + "\n"
+
+
+def channel_first_layer_norm_model(
+    shape: tuple = ("batch", 16, 6, 6), affine: bool = True, seed: int = 0
+) -> onnx.ModelProto:
+    """ConvNeXt's channels-first layer norm written out: statistics over axis 1 of NCHW,
+    scale and bias shaped [C, 1, 1]."""
+    b = GraphBuilder(17)
+    rng = np.random.default_rng(seed)
+    channels = shape[1]
+    mean = b.reduce("ReduceMean", "x", (1,))
+    centered = b.op("Sub", ["x", mean])
+    variance = b.reduce("ReduceMean", b.op("Pow", [centered, b.const(2.0, "two")]), (1,))
+    std = b.op("Sqrt", [b.op("Add", [variance, b.const(1e-6, "epsilon")])])
+    out = b.op("Div", [centered, std])
+    if affine:
+        out = b.op("Mul", [b.const(rng.uniform(0.5, 1.5, (channels, 1, 1)), "scale"), out])
+        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "bias")])
+    return _single_op_model(b, out, shape, "channel_first_layer_norm")

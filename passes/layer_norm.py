@@ -156,7 +156,10 @@ def _check(match: Match, context: Context) -> Site:
     io = checks.fused_io(match, context)
     shape = checks.known_shape(match["x"], context)
     rank = len(shape)
-    axes = checks.reduction_axes([match.node("mean"), match.node("variance_reduce")], rank, context)
+    reducers = [match.node("mean"), match.node("variance_reduce")]
+    axes = checks.reduction_axes(reducers, rank, context, channel_first=True)
+    if axes == (1 - rank,) and rank == 4:
+        return _channel_first_site(match, context, io, shape)
     dims = checks.normalised_shape(shape, axes)
     checks.check_divisor(match, context, int(np.prod(dims)))
     eps = checks.epsilon(match, context)
@@ -165,6 +168,23 @@ def _check(match: Match, context: Context) -> Site:
     scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
     bias = None if bias is None else bias.astype(io.dtype)
     return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale, bias))
+
+
+def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shape: tuple) -> Site:
+    """Statistics over axis 1 of NCHW-like data (ConvNeXt): Transpose the channels last, fuse,
+    Transpose back. Measured faster than the decomposed form on CPU (see README)."""
+    rank, channels = len(shape), shape[1]
+    if not isinstance(channels, int):
+        raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
+    checks.check_divisor(match, context, channels)
+    eps = checks.epsilon(match, context)
+    scale = checks.channel_affine(match, "scale", context, channels, rank)
+    bias = checks.channel_affine(match, "bias", context, channels, rank)
+    scale = np.ones(channels, io.dtype) if scale is None else scale.astype(io.dtype)
+    bias = None if bias is None else bias.astype(io.dtype)
+    to_last = (0, *range(2, rank), 1)
+    back = (0, rank - 1, *range(1, rank - 1))
+    return checks.fused_site(KIND, match, context, io, -1, eps, (scale, bias), (to_last, back))
 
 
 def _reject_group_norm(match: Match, context: Context) -> None:

@@ -291,3 +291,32 @@ def test_fuses_every_site_of_a_model_with_unnamed_nodes() -> None:
     assert op_types(result.model).count("LayerNormalization") == 3
     feeds = random_inputs(original, seed=14)
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_fuses_channel_first_layer_norm_between_transposes(affine) -> None:
+    from models.builders import channel_first_layer_norm_model
+
+    original = channel_first_layer_norm_model(("batch", 16, 6, 6), affine)
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == ["Transpose", "LayerNormalization", "Transpose"]
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = random_inputs(original, {"batch": 2}, seed=15)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_rejects_axis_1_of_a_rank_3_tensor() -> None:
+    """Statistics over axis 1 of [batch, sequence, hidden] mix tokens: not a layer norm."""
+    from models.builders import channel_first_layer_norm_model
+
+    assert_unchanged(channel_first_layer_norm_model(("batch", 8, 10)), "non-trailing-axes")
+
+
+def test_rejects_channel_first_with_a_per_position_scale() -> None:
+    from models.builders import channel_first_layer_norm_model
+
+    original = channel_first_layer_norm_model()
+    scale = next(t for t in original.graph.initializer if t.name.startswith("scale"))
+    values = np.random.default_rng(0).uniform(0.5, 1.5, (16, 6, 6)).astype(np.float32)
+    scale.CopyFrom(onnx.numpy_helper.from_array(values, scale.name))
+    assert_unchanged(original, "gamma-shape")

@@ -98,8 +98,11 @@ def known_shape(tensor: gs.Tensor, context: Context) -> tuple:
     return shape
 
 
-def reduction_axes(nodes: list[gs.Node], rank: int, context: Context) -> tuple[int, ...]:
-    """The axes all `nodes` reduce (as negative indices): the same trailing axes, never axis 0."""
+def reduction_axes(
+    nodes: list[gs.Node], rank: int, context: Context, channel_first: bool = False
+) -> tuple[int, ...]:
+    """The axes all `nodes` reduce (as negative indices): the same trailing axes, never axis 0;
+    with `channel_first`, axis 1 alone of a rank-4 (NCHW) tensor is accepted too."""
     for node in nodes:
         if not node.attrs.get("keepdims", 1):
             raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
@@ -114,6 +117,8 @@ def reduction_axes(nodes: list[gs.Node], rank: int, context: Context) -> tuple[i
     axes = found[0]
     if -rank in axes:
         raise Reject("batch-axis", f"axes {axes} of a rank-{rank} tensor include the first axis")
+    if channel_first and rank == 4 and axes == (1 - rank,):
+        return axes
     if axes != tuple(range(-len(axes), 0)):
         raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
     return axes
@@ -170,6 +175,24 @@ def affine(
     return expanded
 
 
+def channel_affine(
+    match: Match, name: str, context: Context, channels: int, rank: int
+) -> np.ndarray | None:
+    """Scale or bias of a channel-first norm ([C, 1, 1] for NCHW): varying along axis 1 only,
+    flattened to [C]; None when not in the match."""
+    if name not in match:
+        return None
+    value = context.reader.value(match[name])
+    if value is not None and value.ndim <= rank:
+        full = value.reshape((1,) * (rank - value.ndim) + value.shape)
+        others = [dim for axis, dim in enumerate(full.shape) if axis != 1]
+        if all(dim == 1 for dim in others) and full.shape[1] in (1, channels):
+            return np.broadcast_to(full.reshape(-1), (channels,)).copy()
+    reason = "gamma-shape" if name == "scale" else "beta-shape"
+    shape = None if value is None else value.shape
+    raise Reject(reason, f"{name} of shape {shape} does not vary along the channel axis only")
+
+
 def affine_parameter(
     value: np.ndarray, dims: tuple[int, ...], input_rank: int
 ) -> np.ndarray | None:
@@ -190,7 +213,14 @@ def affine_parameter(
 
 
 def fused_site(
-    kind: str, match: Match, context: Context, io: FusedIO, axis: int, eps: float, params: tuple
+    kind: str,
+    match: Match,
+    context: Context,
+    io: FusedIO,
+    axis: int,
+    eps: float,
+    params: tuple,
+    layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
 ) -> Site:
     """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias])."""
     _check_output_type(match.root, io, context)
@@ -205,6 +235,7 @@ def fused_site(
         {"axis": axis, "epsilon": eps, "stash_type": 1},
         (io.x, *params),
         io.output_cast,
+        layout=layout,
     )
     inside = {id(node) for node in match.nodes}
     kept = {id(node) for node in io.kept}

@@ -39,6 +39,8 @@ class FusedNode:
     output_cast: int | None = None
     # (output index, tensor): existing tensors the fused node produces too (a Skip op's sum).
     extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
+    # (perm before, perm after): Transposes around the node (channel-first layer norm).
+    layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -270,13 +272,32 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
         output.inputs.clear()
         fused_output = output
         if site.fused.output_cast is not None:
-            fused_output = gs.Variable(_unique(f"{name}/output", tensors.keys()))
-            tensors[fused_output.name] = fused_output
-            cast_name = _unique(f"{name}/Cast", node_names)
-            node_names.add(cast_name)
-            graph.nodes.append(
-                gs.Node("Cast", cast_name, {"to": site.fused.output_cast}, [fused_output], [output])
+            fused_output = _add_node(
+                graph,
+                "Cast",
+                {"to": site.fused.output_cast},
+                fused_output,
+                name,
+                tensors,
+                node_names,
             )
+        if site.fused.layout is not None:
+            before, after = site.fused.layout
+            fused_output = _add_node(
+                graph, "Transpose", {"perm": list(after)}, fused_output, name, tensors, node_names
+            )
+            transposed = gs.Variable(_unique(f"{name}/transposed_input", tensors.keys()))
+            tensors[transposed.name] = transposed
+            graph.nodes.append(
+                gs.Node(
+                    "Transpose",
+                    _unique(f"{name}/Transpose_in", node_names),
+                    {"perm": list(before)},
+                    [inputs[0]],
+                    [transposed],
+                )
+            )
+            inputs[0] = transposed
         outputs = [fused_output]
         for index, tensor in site.fused.extra_outputs:
             tensor.inputs.clear()
@@ -292,6 +313,24 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
             )
         )
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
+
+
+def _add_node(
+    graph: gs.Graph,
+    op: str,
+    attrs: dict,
+    output: gs.Tensor,
+    name: str,
+    tensors: dict,
+    node_names: set[str],
+) -> gs.Variable:
+    """Append `op` producing `output` from a new tensor; returns that tensor (its input)."""
+    source = gs.Variable(_unique(f"{name}/{op}_input", tensors.keys()))
+    tensors[source.name] = source
+    node_name = _unique(f"{name}/{op}", node_names)
+    node_names.add(node_name)
+    graph.nodes.append(gs.Node(op, node_name, attrs, [source], [output]))
+    return source
 
 
 def _fused_inputs(fused: FusedNode, name: str, tensors: dict) -> list[gs.Tensor]:
