@@ -1,12 +1,13 @@
 """Residual fusion (ONNX Runtime only): `Add(input, skip)` feeding a fused norm becomes ONNX
 Runtime's `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` (`com.microsoft`)::
 
-    input, skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
-        =>  input, skip ──> SkipLayerNormalization(scale[, bias]) ──> y  [, sum]
+    input[ + b], skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
+        =>  input, skip ──> SkipLayerNormalization(scale[, bias][, b]) ──> y  [, sum]
 
 When `sum` is also used downstream (the pre-norm residual stream), it becomes the op's fourth
-output. Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters
-wrote themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
+output. A constant bias added to `input` first (a projection's bias) goes into the op's bias
+input. Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
+themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
 were measured slower than `Add` + norm (see README), so the form is either asked for by name
 (`--passes ...,skip-norm`) or chosen per site by timing (`optimize --tune-for`).
 """
@@ -28,10 +29,18 @@ SKIP_OPS = {
 }
 
 _sum = Op("Add", Var("input"), Var("skip"), name="sum")
-PATTERNS = (
-    Op("LayerNormalization", _sum, Const("scale"), Const("bias"), name="y"),
-    Op("LayerNormalization", _sum, Const("scale"), name="y"),
-    Op("SimplifiedLayerNormalization", _sum, Const("scale"), name="y"),
+# A projection's bias added before the residual: folded into the op's bias input.
+_biased_sum = Op(
+    "Add", Op("Add", Var("input"), Const("skip_bias"), name="biased"), Var("skip"), name="sum"
+)
+PATTERNS = tuple(
+    pattern
+    for summed in (_biased_sum, _sum)
+    for pattern in (
+        Op("LayerNormalization", summed, Const("scale"), Const("bias"), name="y"),
+        Op("LayerNormalization", summed, Const("scale"), name="y"),
+        Op("SimplifiedLayerNormalization", summed, Const("scale"), name="y"),
+    )
 )
 
 
@@ -71,6 +80,12 @@ def _check(match: Match, context: Context) -> Site:
     elem_type = context.elem_type(first)
     if elem_type not in checks.FLOAT_TYPES:
         raise checks.Reject("unsupported-dtype", "Skip* fused for float32/float16 only")
+    if "skip_bias" in match:
+        value = context.reader.value(match["skip_bias"])
+        if value is None or value.size != shape[-1] or any(dim != 1 for dim in value.shape[:-1]):
+            raise checks.Reject(
+                "bias-shape", "the bias before the residual Add is not one per feature"
+            )
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
@@ -82,15 +97,20 @@ def _check(match: Match, context: Context) -> Site:
                 f"{SKIP_OPS[norm.op]} at {list(shape)} on {chooser.provider}: {choice.ratio:.2f}x "
                 f"Add + {norm.op} [{low:.2f}, {high:.2f}]; kept Add + {norm.op}",
             )
-    return _site(match, norm)
+    return _site(match, norm, context)
 
 
-def _site(match: Match, norm: gs.Node) -> Site:
-    params = [match["scale"], *([match["bias"]] if "bias" in match else [])]
+def _site(match: Match, norm: gs.Node, context: Context) -> Site:
+    dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
+    beta = [match["bias"]] if "bias" in match else []
+    if "skip_bias" in match:
+        folded = context.reader.value(match["skip_bias"]).reshape(-1).astype(dtype)
+        beta = beta or ([None] if norm.op == "LayerNormalization" else [])
+        params = [match["scale"], *beta, folded]
+    else:
+        params = [match["scale"], *beta]
     inputs = (match["input"], match["skip"], *params)
-    summed = match["sum"]
-    escapes = any(user is not norm for user in summed.outputs)
-    extra = ((3, summed),) if escapes else ()
+    extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream
     epsilon = float(norm.attrs.get("epsilon", 1e-5))
     op = SKIP_OPS[norm.op]
     fused = FusedNode(op, MS_DOMAIN, {"epsilon": epsilon}, inputs, extra_outputs=extra)

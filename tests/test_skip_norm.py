@@ -97,3 +97,53 @@ def test_form_chooser_times_both_forms_for_real() -> None:
     assert choice.interval[0] <= choice.ratio <= choice.interval[1]
     assert choice.use_skip == (choice.interval[1] < 1.0)
     assert np.isfinite(choice.ratio)
+
+
+def projection_bias_model(rms: bool = False):
+    """`sum = (x + b) + skip; y = norm(sum)`, with `sum` also a graph output."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    hidden = SHAPE[-1]
+    consts = {
+        "b": rng.normal(0, 1, hidden),
+        "scale": rng.uniform(0.5, 1.5, hidden),
+        "beta": rng.normal(0, 0.5, hidden),
+    }
+    initializers = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items()]
+    norm = (
+        helper.make_node("SimplifiedLayerNormalization", ["sum", "scale"], ["y"], epsilon=1e-6)
+        if rms
+        else helper.make_node("LayerNormalization", ["sum", "scale", "beta"], ["y"], epsilon=1e-5)
+    )
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["biased"]),
+        helper.make_node("Add", ["biased", "skip"], ["sum"]),
+        norm,
+    ]
+    float_type = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "projection_bias",
+        [helper.make_tensor_value_info(n, float_type, list(SHAPE)) for n in ("x", "skip")],
+        [helper.make_tensor_value_info(n, float_type, list(SHAPE)) for n in ("y", "sum")],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    ("rms", "skip_op"),
+    [(False, "SkipLayerNormalization"), (True, "SkipSimplifiedLayerNormalization")],
+)
+def test_folds_the_projection_bias_into_the_skip_op(rms: bool, skip_op: str) -> None:
+    original = projection_bias_model(rms)
+    result = normfuse.optimize(original, passes="skip-norm")
+    assert op_types(result.model) == [skip_op]
+    node = result.model.graph.node[0]
+    assert len(node.input) == (4 if rms else 5) and node.output[3] == "sum"
+    feeds = random_inputs(original, seed=23)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL

@@ -37,7 +37,8 @@ class FusedNode:
     attrs: dict
     inputs: tuple[gs.Tensor | np.ndarray | None, ...]
     output_cast: int | None = None
-    # (output index, tensor): existing tensors the fused node produces too (a Skip op's sum).
+    # (output index, tensor): existing tensors the fused node also produces (a Skip op's sum),
+    # where something outside the site still uses them.
     extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
     # (perm before, perm after): Transposes around the node (channel-first layer norm).
     layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
@@ -300,8 +301,12 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
             inputs[0] = transposed
         outputs = [fused_output]
         for index, tensor in site.fused.extra_outputs:
-            tensor.inputs.clear()
-            outputs += [gs.Variable.empty() for _ in range(index - len(outputs))] + [tensor]
+            used = tensor in graph.outputs or any(
+                id(user) not in site.node_ids for user in tensor.outputs
+            )
+            if used:
+                tensor.inputs.clear()
+                outputs += [gs.Variable.empty() for _ in range(index - len(outputs))] + [tensor]
         graph.nodes.append(
             gs.Node(
                 site.fused.op,
