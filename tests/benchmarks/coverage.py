@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import subprocess
 import sys
@@ -29,38 +28,17 @@ from datetime import date
 from pathlib import Path
 
 import onnx
+from ort_optimizer import model_type, ort_transformers_optimize
 
 import normfuse
 from normfuse.bench import NORM_OPS
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
-ORT_MODEL_TYPES = {
-    "bert": "bert",
-    "distilbert": "bert",
-    "gpt2": "gpt2",
-    "t5_encoder": "t5",
-    "vit": "vit",
-    "convnext": "vit",
-}
 
 
 def normfuse_tool(source: Path, out: Path) -> None:
     normfuse.save(normfuse.optimize(source), out)
-
-
-def ort_optimizer_tool(source: Path, out: Path, architecture: str) -> None:
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
-    optimized = optimize_model(
-        str(source),
-        model_type=ORT_MODEL_TYPES.get(architecture, "gpt2"),
-        opt_level=0,
-        use_gpu=False,
-        only_onnxruntime=False,
-    )
-    optimized.save_model_to_file(str(out))
 
 
 def ort_session_tool(source: Path, out: Path) -> None:
@@ -85,7 +63,7 @@ def onnxscript_tool(source: Path, out: Path) -> None:
 def available_tools() -> dict:
     tools = {
         "normfuse": lambda s, o, a: normfuse_tool(s, o),
-        "ORT transformers optimizer": ort_optimizer_tool,
+        "ORT transformers optimizer": ort_transformers_optimize,
         "ORT session optimizer (extended)": lambda s, o, a: ort_session_tool(s, o),
     }
     try:
@@ -135,7 +113,7 @@ def process_seconds(
         code,
         str(source),
         str(out),
-        ORT_MODEL_TYPES.get(architecture, "gpt2"),
+        model_type(architecture),
     ]
     times = []
     for _ in range(repeats):

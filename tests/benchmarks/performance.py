@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import platform
 import sys
 import tempfile
@@ -26,30 +25,13 @@ from pathlib import Path
 
 import onnx
 import onnxruntime as ort
+from ort_optimizer import ort_transformers_optimize
 
 import normfuse
 from normfuse import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "models" / "manifest.json"
-# ORT transformers optimizer model types; decoder LLMs have no type of their own, gpt2 is closest.
-ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "t5_encoder": "t5"}
-
-
-def ort_transformers_optimize(path: Path, architecture: str, out: Path) -> onnx.ModelProto:
-    """ONNX Runtime's transformers optimizer, python fusions only (opt_level 0)."""
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
-    optimized = optimize_model(
-        str(path),
-        model_type=ORT_MODEL_TYPES.get(architecture, "gpt2"),
-        opt_level=0,
-        use_gpu=False,
-        only_onnxruntime=False,
-    )
-    optimized.save_model_to_file(str(out))
-    return onnx.load(out)
 
 
 def one_model(entry: dict, options: bench.BenchOptions, folder: Path) -> list[dict]:
@@ -58,7 +40,8 @@ def one_model(entry: dict, options: bench.BenchOptions, folder: Path) -> list[di
     result = normfuse.optimize(path)
     normfuse.save(result, folder / "normfuse.onnx")
     normfuse_seconds = time.perf_counter() - start
-    ort_model = ort_transformers_optimize(path, entry["architecture"], folder / "ort.onnx")
+    ort_transformers_optimize(path, folder / "ort.onnx", entry["architecture"])
+    ort_model = onnx.load(folder / "ort.onnx")
     models = [
         bench.BenchModel("original", onnx.load(path)),
         bench.BenchModel("normfuse", result.model),

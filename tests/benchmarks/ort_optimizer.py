@@ -1,0 +1,36 @@
+"""ONNX Runtime's transformers optimizer as the benchmark scripts run it: python fusions only."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+# `model_type` per zoo architecture; decoder LLMs have no type of their own, gpt2 is the closest.
+ORT_MODEL_TYPES = {
+    "bert": "bert",
+    "distilbert": "bert",
+    "gpt2": "gpt2",
+    "t5_encoder": "t5",
+    "vit": "vit",
+    "convnext": "vit",
+}
+
+
+def model_type(architecture: str) -> str:
+    """The optimizer's `model_type` for a zoo architecture."""
+    return ORT_MODEL_TYPES.get(architecture, "gpt2")
+
+
+def ort_transformers_optimize(source: Path, out: Path, architecture: str) -> None:
+    """Run `optimize_model` (opt_level 0: its python fusions, no ORT session passes) and save."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    optimized = optimize_model(
+        str(source),
+        model_type=model_type(architecture),
+        opt_level=0,
+        use_gpu=False,
+        only_onnxruntime=False,
+    )
+    optimized.save_model_to_file(str(out))
