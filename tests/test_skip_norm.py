@@ -83,8 +83,9 @@ def test_tune_for_follows_the_measurement(use_skip: bool, monkeypatch: pytest.Mo
     result = normfuse.optimize(original, tune_for="cpu")
     skips = op_types(result.model).count("SkipLayerNormalization")
     assert skips == (2 if use_skip else 0)
-    assert len(result.report.tuning) == 1  # both sites share one shape: timed once
-    assert result.report.tuning[0]["choice"] == ("skip" if use_skip else "add+norm")
+    skip_records = [r for r in result.report.tuning if "skip_ratio" in r]
+    assert len(skip_records) == 1  # both sites share one shape: timed once
+    assert skip_records[0]["choice"] == ("skip" if use_skip else "add+norm")
     if not use_skip:
         assert [m.reason for m in result.report.near_misses] == ["measured-slower"] * 2
     feeds = random_inputs(original, seed=22)
@@ -146,4 +147,27 @@ def test_folds_the_projection_bias_into_the_skip_op(rms: bool, skip_op: str) -> 
     node = result.model.graph.node[0]
     assert len(node.input) == (4 if rms else 5) and node.output[3] == "sum"
     feeds = random_inputs(original, seed=23)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_tune_for_leaves_a_site_decomposed_where_the_fused_node_is_slower(monkeypatch) -> None:
+    monkeypatch.setattr(FormChooser, "_measure", scripted_choice(False))
+    monkeypatch.setattr(FormChooser, "_time_pair", lambda *args: (1.5, (1.4, 1.6)))
+    original = pre_norm_blocks(LayerNormSpec(), layers=2)
+    result = normfuse.optimize(original, tune_for="cpu")
+    assert result.report.sites == []
+    assert [m.reason for m in result.report.near_misses] == ["measured-slower"] * 2
+    assert result.model.SerializeToString() == original.SerializeToString()
+
+
+def test_tune_for_times_fused_against_decomposed_for_real() -> None:
+    original = pre_norm_blocks(RmsNormSpec(divide="reciprocal"), layers=2)
+    result = normfuse.optimize(original, tune_for="cpu")
+    fused_records = [r for r in result.report.tuning if "fused_ratio" in r]
+    assert len(fused_records) == 1  # one shape, timed once
+    record = fused_records[0]
+    low, high = record["fused_ratio_interval_95"]
+    assert low <= record["fused_ratio"] <= high
+    assert record["choice"] == ("decomposed" if low > 1.0 else "fused")
+    feeds = random_inputs(original, seed=24)
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL

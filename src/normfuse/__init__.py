@@ -78,28 +78,41 @@ def optimize(
     if tune_for is not None:
         chooser = FormChooser(parse_providers(tune_for)[0])
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
-    result = _optimize(loaded, target, passes, frozenset(), _name(model), chooser)
+    excluded: dict[str, tuple[str, str]] = {}
+    result = _optimize(loaded, target, passes, excluded, _name(model), chooser)
+    if chooser is not None:
+        slower = chooser.slower_fusions(
+            loaded.model, result.model, result.report.sites, loaded.base_dir
+        )
+        if slower:
+            excluded |= slower
+            result = _optimize(loaded, target, passes, excluded, _name(model), chooser)
+        result.report.tuning = chooser.records()
     if validation is None:
         return result
     checks = validate_module.check_sites(
         loaded.model, result.model, result.report.sites, validation, loaded.base_dir
     )
-    failed = frozenset(check.output for check in checks if not check.passed)
+    failed = sorted(check.output for check in checks if not check.passed)
     if failed:
-        result = _optimize(loaded, target, passes, failed, _name(model), chooser)
+        excluded |= {output: ("failed-validation", _FAILED_DETAIL) for output in failed}
+        result = _optimize(loaded, target, passes, excluded, _name(model), chooser)
     report = validate_module.compare_models(
         loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
     )
-    report.sites, report.rolled_back = checks, sorted(failed)
+    report.sites, report.rolled_back = checks, failed
     result.report.validation = report
     return result
+
+
+_FAILED_DETAIL = "the fused node differed from the subgraph when run alone; left decomposed"
 
 
 def _optimize(
     loaded: model_io.LoadedModel,
     target: str,
     passes: str | list[str] | None,
-    excluded: frozenset[str],
+    excluded: dict[str, tuple[str, str]],
     name: str | None,
     chooser: FormChooser | None = None,
 ) -> OptimizeResult:
@@ -115,7 +128,7 @@ def _optimize(
         tensor_types(original),
         chosen_target,
         targets.emissions(original, chosen_target),
-        excluded,
+        dict(excluded),
         chooser,
     )
     graph = _import_graph(original)

@@ -153,10 +153,20 @@ def run(
     for model in models[1:]:
         if [info.name for info in graph_inputs(model.model)] != first_inputs:
             raise NormfuseError(f"{model.name} has other inputs than {models[0].name}")
-    threading = threading or configure_threads(options.threads)
-    notes = list(threading.notes)
     feeds, input_notes = make_inputs(models[0].model, options.dims, options.seed, options.npz)
-    notes.extend(input_notes)
+    return run_with_feeds(models, options, feeds, threading, input_notes)
+
+
+def run_with_feeds(
+    models: list[BenchModel],
+    options: BenchOptions,
+    feeds: dict[str, np.ndarray],
+    threading: Threading | None = None,
+    notes: list[str] | None = None,
+) -> BenchReport:
+    """`run` with the inputs given."""
+    threading = threading or configure_threads(options.threads)
+    notes = [*threading.notes, *(notes or [])]
     timings = []
     for provider in options.providers:
         for level in options.levels:

@@ -1,7 +1,8 @@
 """Choose between equivalent fused forms by timing each at a site's own shape.
 
 For a residual `Add` followed by a norm, the forms are the norm op after the `Add` and ONNX
-Runtime's `Skip*` op doing both. Each distinct (family, shape, dtype, bias) is timed once on the
+Runtime's `Skip*` op doing both; for any fused norm, the fused node and the decomposed subgraph
+it replaced. Each distinct (family, shape, dtype, bias) is timed once on the
 target provider, side by side (see `normfuse.bench`), with ORT's graph optimisations disabled so
 each form runs as written. The `Skip*` form is chosen only when it is faster beyond noise.
 """
@@ -9,12 +10,17 @@ each form runs as written. The `Skip*` form is chosen only when it is faster bey
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from normfuse import bench
+from normfuse.rewrite import Site
+from normfuse.shapes import tensor_types
+from normfuse.site_inputs import site_feeds
+from normfuse.subgraph import extract
 
 FORM_RUNS = 100
 MS_DOMAIN = "com.microsoft"
@@ -44,6 +50,11 @@ class FormChoice:
             "skip_ratio": self.ratio,
             "skip_ratio_interval_95": list(self.interval),
             "choice": "skip" if self.use_skip else "add+norm",
+            "summary": (
+                f"{self.family} at {list(self.shape)} {self.dtype}: Skip form {self.ratio:.2f}x "
+                f"Add + norm [{self.interval[0]:.2f}, {self.interval[1]:.2f}] -> "
+                f"{'skip' if self.use_skip else 'add+norm'}"
+            ),
         }
 
 
@@ -54,6 +65,8 @@ class FormChooser:
     provider: str
     runs: int = FORM_RUNS
     decisions: dict[tuple, FormChoice] = field(default_factory=dict)
+    fusion_timings: dict[tuple, tuple[float, tuple[float, float]]] = field(default_factory=dict)
+    fusion_records: list[dict] = field(default_factory=list)
 
     def choose(self, family: str, shape: tuple[int, ...], elem_type: int, bias: bool) -> FormChoice:
         """Whether the `Skip*` form beats `Add` + norm at this shape (cached per key)."""
@@ -88,7 +101,75 @@ class FormChooser:
 
     def records(self) -> list[dict]:
         """Every decision, for the report."""
-        return [choice.as_dict() for choice in self.decisions.values()]
+        return [choice.as_dict() for choice in self.decisions.values()] + list(self.fusion_records)
+
+    def slower_fusions(
+        self,
+        original: onnx.ModelProto,
+        candidate: onnx.ModelProto,
+        sites: list[Site],
+        base_dir: Path | None,
+    ) -> dict[str, tuple[str, str]]:
+        """Layer/RMS-norm sites whose fused node timed slower than the decomposed subgraph at the
+        site's shape (beyond noise): output -> (reason, detail). Each shape is timed once."""
+        types = tensor_types(original)
+        slower = {}
+        for site in sites:
+            if site.kind not in ("layer-norm", "rms-norm"):
+                continue
+            feeds = site_feeds(site, types, {}, 0)
+            output_type = types.get(site.output, (None,))[0]
+            if feeds is None or output_type is None:
+                continue
+            inputs = {name: (types[name][0], list(v.shape)) for name, v in feeds.items()}
+            decomposed = extract(original, inputs, site.output, output_type, base_dir)
+            fused = extract(candidate, inputs, site.output, output_type, base_dir)
+            if decomposed is None or fused is None:
+                continue  # absorbed into a later site (a Skip op): timed as that form
+            key = (site.kind, tuple(inputs[site.input_names()[0]][1]), output_type)
+            if key not in self.fusion_timings:
+                self.fusion_timings[key] = self._time_pair(decomposed, fused, feeds, site.kind)
+            ratio, (low, high) = self.fusion_timings[key]
+            if low > 1.0:
+                slower[site.output] = (
+                    "measured-slower",
+                    f"fused {site.op} took {ratio:.2f}x the decomposed subgraph "
+                    f"[{low:.2f}, {high:.2f}] on {self.provider}; left decomposed",
+                )
+        return slower
+
+    def _time_pair(self, decomposed, fused, feeds, kind) -> tuple[float, tuple[float, float]]:
+        options = bench.BenchOptions(
+            providers=(self.provider,),
+            levels=("disable",),
+            warmup=10,
+            runs=self.runs,
+            threads=1,
+            npz=None,
+        )
+        report = bench.run_with_feeds(
+            [bench.BenchModel("decomposed", decomposed), bench.BenchModel("fused", fused)],
+            options,
+            feeds,
+        )
+        timing = report.timings[1]
+        low, high = timing.ratio_interval
+        shape = list(next(iter(feeds.values())).shape)
+        choice = "decomposed" if low > 1.0 else "fused"
+        summary = f"{kind} at {shape}: fused {timing.ratio:.2f}x decomposed [{low:.2f}, {high:.2f}]"
+        self.fusion_records.append(
+            {
+                "family": kind,
+                "shape": shape,
+                "decomposed_ms": report.timings[0].stats_ms()["median"],
+                "fused_ms": timing.stats_ms()["median"],
+                "fused_ratio": timing.ratio,
+                "fused_ratio_interval_95": [low, high],
+                "choice": choice,
+                "summary": f"{summary} -> {choice}",
+            }
+        )
+        return timing.ratio, (low, high)
 
 
 def residual_norm_models(

@@ -70,13 +70,7 @@ class Report:
         for miss in self.near_misses:
             lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
         lines.extend(self.notes)
-        for choice in self.tuning:
-            low, high = choice["skip_ratio_interval_95"]
-            lines.append(
-                f"tuned {choice['family']} at {choice['shape']} {choice['dtype']}: Skip form "
-                f"{choice['skip_ratio']:.2f}x Add + norm [{low:.2f}, {high:.2f}] -> "
-                f"{choice['choice']}"
-            )
+        lines.extend(f"tuned: {choice['summary']}" for choice in self.tuning)
         if self.validation is not None:
             verdict = "passed" if self.validation.passed else "FAILED"
             lines.extend(["", f"validation {verdict}:", self.validation.table()])

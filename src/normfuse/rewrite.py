@@ -11,20 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.constants import ConstantReader
-from normfuse.forms import FormChooser
 from normfuse.pattern import Match, Pattern, match_first
 from normfuse.targets import Emission, Target
 
+if TYPE_CHECKING:
+    from normfuse.forms import FormChooser
+
 INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
 MAX_ROUNDS = 8
-_EXCLUDED_DETAIL = "the fused node differed from the subgraph when run alone; left decomposed"
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,9 @@ class Context:
     types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
     target: Target
     emissions: dict[str, Emission | None]
-    # Outputs of sites that failed validation: left decomposed, reported as near-misses.
-    excluded: frozenset[str] = frozenset()
+    # Site outputs to leave decomposed (failed validation, measured slower): output ->
+    # (reason, detail) of the near-miss reported instead.
+    excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
     form_chooser: FormChooser | None = None
 
@@ -213,8 +215,7 @@ def _decide(
         if isinstance(outcome, Site):
             outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
         if isinstance(outcome, Site) and outcome.output in context.excluded:
-            reason = "failed-validation"
-            return NearMiss(outcome.kind, outcome.output, reason, _EXCLUDED_DETAIL)
+            return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
         if outcome is None or isinstance(outcome, Site):
             return outcome
         first_miss = first_miss or outcome

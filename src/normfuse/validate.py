@@ -21,10 +21,10 @@ from normfuse.inputs import make_inputs
 from normfuse.model_io import external_tensors
 from normfuse.rewrite import Site
 from normfuse.shapes import tensor_types
+from normfuse.site_inputs import site_feeds
 from normfuse.subgraph import as_float64, extract
 
 WHOLE_MODEL_LEVELS = ("disable", "all")
-SITE_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def check_sites(
     types = tensor_types(original)
     checks = []
     for site in sites:
-        feeds = _site_feeds(site, types, options)
+        feeds = site_feeds(site, types, options.dims, options.seed)
         output_type = types.get(site.output, (None,))[0]
         if feeds is None or output_type is None:
             checks.extend(
@@ -253,39 +253,3 @@ def check_sites(
             comparison = compare_output(site.output, expected, actual, options.atol, options.rtol)
             checks.append(SiteCheck(site.output, site.kind, provider, comparison))
     return checks
-
-
-def _site_feeds(site: Site, types: dict, options: ValidationOptions) -> dict | None:
-    """Adversarial rows for the site's first input, random ones of the same shape for the rest."""
-    names = site.input_names()
-    if any(name not in types or types[name][1] is None for name in names):
-        return None
-    elem_type, shape = types[names[0]]
-    concrete = [dim if isinstance(dim, int) else options.dims.get(dim, 1) for dim in shape]
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-    first = site_rows(concrete, site.axis, dtype, options.seed)
-    rng = np.random.default_rng(options.seed + 1)
-    feeds = {names[0]: first}
-    for name in names[1:]:
-        other = onnx.helper.tensor_dtype_to_np_dtype(types[name][0])
-        feeds[name] = rng.normal(0.0, 1.0, first.shape).astype(other)
-    return feeds
-
-
-def site_rows(shape: list[int], axis: int, dtype: np.dtype, seed: int) -> np.ndarray:
-    """Inputs for one site: random rows plus adversarial ones (constant, large, small, outlier).
-
-    Leading dims are enlarged so there are at least `SITE_ROWS` rows to fill.
-    """
-    rng = np.random.default_rng(seed)
-    leading, normalised = list(shape[:axis]), list(shape[axis:])
-    count = int(np.prod(leading)) if leading else 1
-    if count < SITE_ROWS:
-        leading[0] *= -(-SITE_ROWS // count)
-    rows = rng.normal(1.0, 2.0, (int(np.prod(leading)), int(np.prod(normalised))))
-    large = 50.0 if dtype == np.float16 else 1e3
-    rows[0] = 0.5  # constant row: zero variance
-    rows[1] *= large
-    rows[2] *= 1e-3
-    rows[3, rng.integers(rows.shape[1])] = 100.0 * np.abs(rows[3]).max()  # one outlier
-    return rows.reshape(leading + normalised).astype(dtype)
