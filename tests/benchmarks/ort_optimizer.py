@@ -21,16 +21,35 @@ def model_type(architecture: str) -> str:
     return ORT_MODEL_TYPES.get(architecture, "gpt2")
 
 
-def ort_transformers_optimize(source: Path, out: Path, architecture: str) -> None:
-    """Run `optimize_model` (opt_level 0: its python fusions, no ORT session passes) and save."""
+def ort_transformers_optimize(
+    source: Path, out: Path, architecture: str, norms_only: bool = False
+) -> None:
+    """Run `optimize_model` (opt_level 0: its python fusions, no ORT session passes) and save;
+    `norms_only` keeps just its layer-norm and skip-layer-norm fusions (no attention, GELU,
+    embedding or rotary fusions), for a like-for-like comparison with normfuse."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    options = FusionOptions(model_type(architecture))
+    if norms_only:
+        for name in vars(options):
+            if name.startswith("enable_") and name not in NORM_FUSION_OPTIONS:
+                setattr(options, name, False)
     optimized = optimize_model(
         str(source),
         model_type=model_type(architecture),
         opt_level=0,
         use_gpu=False,
         only_onnxruntime=False,
+        optimization_options=options,
     )
     optimized.save_model_to_file(str(out))
+
+
+NORM_FUSION_OPTIONS = {
+    "enable_layer_norm",
+    "enable_skip_layer_norm",
+    "enable_bias_skip_layer_norm",
+    "enable_shape_inference",
+}

@@ -1,5 +1,6 @@
-"""The README's performance table: every committed real model, original vs normfuse vs ONNX
-Runtime's transformers optimizer (python fusions only), at ORT levels disable and all, CPU, batch 1.
+"""The README's performance table: every committed real model, original vs normfuse (default and
+`--tune-for cpu`) vs ONNX Runtime's transformers optimizer (python fusions only: all of them, and
+its norm fusions alone), at ORT levels disable and all, CPU, batch 1.
 
 Run on demand (not part of the test suite), from the repository root:
 
@@ -34,18 +35,24 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "models" / "manifest.json"
 
 
+VARIANTS = ("normfuse", "normfuse tuned", "ORT optimizer", "ORT optimizer norms only")
+
+
 def one_model(entry: dict, options: bench.BenchOptions, folder: Path) -> list[dict]:
     path = ROOT / "models" / entry["file"]
     start = time.perf_counter()
     result = normfuse.optimize(path)
     normfuse.save(result, folder / "normfuse.onnx")
     normfuse_seconds = time.perf_counter() - start
-    ort_transformers_optimize(path, folder / "ort.onnx", entry["architecture"])
-    ort_model = onnx.load(folder / "ort.onnx")
+    tuned = normfuse.optimize(path, tune_for="cpu")
+    for norms_only, name in ((False, "ort.onnx"), (True, "ort_norms.onnx")):
+        ort_transformers_optimize(path, folder / name, entry["architecture"], norms_only)
     models = [
         bench.BenchModel("original", onnx.load(path)),
         bench.BenchModel("normfuse", result.model),
-        bench.BenchModel("ort-optimizer", ort_model),
+        bench.BenchModel("normfuse tuned", tuned.model),
+        bench.BenchModel("ORT optimizer", onnx.load(folder / "ort.onnx")),
+        bench.BenchModel("ORT optimizer norms only", onnx.load(folder / "ort_norms.onnx")),
     ]
     report = bench.run(models, dataclasses.replace(options, dims=entry["dims"]))
     rows = []
@@ -60,7 +67,7 @@ def one_model(entry: dict, options: bench.BenchOptions, folder: Path) -> list[di
                 "original_ms": timings["original"].stats_ms()["median"],
                 **{
                     name: {"ratio": timings[name].ratio, "interval": timings[name].ratio_interval}
-                    for name in ("normfuse", "ort-optimizer")
+                    for name in VARIANTS
                 },
                 "ops": {name: t.norm_ops_after_ort for name, t in timings.items()},
             }
@@ -86,20 +93,22 @@ def ops(counts: dict) -> str:
 
 def markdown(rows: list[dict], options: bench.BenchOptions) -> str:
     lines = [
-        f"Measured {date.today()} on {platform.machine()} ({platform.processor() or 'cpu'}), "
-        f"onnxruntime {ort.__version__}, CPU provider, {options.threads} intra-op thread(s), "
-        f"batch 1, {options.runs} interleaved runs after {options.warmup} warm-up.",
+        f"Measured {date.today()} on {platform.machine()}, onnxruntime {ort.__version__}, CPU "
+        f"provider, {options.threads} intra-op thread(s), batch 1, {options.runs} interleaved "
+        f"runs after {options.warmup} warm-up. Cells: median / original's median [95% interval].",
         "",
-        "| model | sites | normfuse s | ORT level | original ms | normfuse / original | "
-        "ORT optimizer / original | norm ops run (original; normfuse; ORT optimizer) |",
-        "| --- | ---: | ---: | --- | ---: | --- | --- | --- |",
+        "| model | sites | normfuse s | ORT level | original ms | "
+        + " | ".join(VARIANTS)
+        + " | norm ops run (original; normfuse; tuned; ORT opt.; ORT opt. norms) |",
+        "| --- | ---: | ---: | --- | ---: |" + " --- |" * (len(VARIANTS) + 1),
     ]
     for row in rows:
+        ran = "; ".join(ops(row["ops"][name]) for name in ("original", *VARIANTS))
         lines.append(
-            f"| {row['model']} | {row['sites']} | {row['normfuse_seconds']:.2f} | {row['level']} | "
-            f"{row['original_ms']:.3f} | {cell(row['normfuse'])} | {cell(row['ort-optimizer'])} | "
-            f"{ops(row['ops']['original'])}; {ops(row['ops']['normfuse'])}; "
-            f"{ops(row['ops']['ort-optimizer'])} |"
+            f"| {row['model']} | {row['sites']} | {row['normfuse_seconds']:.2f} | {row['level']} "
+            f"| {row['original_ms']:.3f} | "
+            + " | ".join(cell(row[name]) for name in VARIANTS)
+            + f" | {ran} |"
         )
     return "\n".join(lines) + "\n"
 
