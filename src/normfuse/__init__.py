@@ -37,10 +37,12 @@ __all__ = [
     "NormfuseError",
     "OptimizeResult",
     "Report",
+    "ValidationOptions",
     "__version__",
     "inspect",
     "optimize",
     "save",
+    "validate",
 ]
 
 ModelLike = onnx.ModelProto | str | os.PathLike
@@ -66,12 +68,13 @@ def optimize(
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
     `target` is "ort" (ONNX Runtime, the default) or "onnx" (standard operators only); `passes`
-    names the passes to run (default: all). For a `ModelProto` whose weights are in external data,
-    `base_dir` is the folder they are in. With `validation`, each fused site is run alone against
-    its original subgraph, failing sites are left decomposed (near-miss `failed-validation`), and
-    the whole model is compared with the original; the outcome is `report.validation`. With
-    `tune_for` ("cpu" or "cuda"), residual fusion is added and each site's form is chosen by
-    timing it on that provider (`report.tuning`). The input is never modified.
+    names the passes to run (default: layer-norm, rms-norm). For a `ModelProto` whose weights are
+    in external data, `base_dir` is the folder they are in. With `validation`, each fused site is
+    run alone against its original subgraph, failing sites are left decomposed (near-miss
+    `failed-validation`), and the whole model is compared with the original; the outcome is
+    `report.validation`. With `tune_for` ("cpu" or "cuda"), residual fusion is added and each
+    site's form (Skip* or not, fused or decomposed) is chosen by timing it on that provider
+    (`report.tuning`). The input is never modified.
     """
     loaded = _load(model, base_dir)
     chooser = None
