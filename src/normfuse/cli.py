@@ -27,91 +27,86 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    from normfuse.passes import PASS_NAMES
-
     parser = argparse.ArgumentParser(prog="normfuse", description=normfuse.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"normfuse {normfuse.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_optimize(commands.add_parser("optimize", help="fuse norm subgraphs, write a new model"))
+    _add_inspect(commands.add_parser("inspect", help="list fusable sites and near-misses"))
+    _add_validate(commands.add_parser("validate", help="compare a candidate with the original"))
+    _add_bench(commands.add_parser("bench", help="batch-one latency of models, side by side"))
+    _add_tune(commands.add_parser("tune", help="fastest ORT session settings, by measurement"))
+    return parser
 
-    def common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("model", type=Path, help="the ONNX model to read")
-        sub.add_argument(
-            "--target",
-            choices=["ort", "onnx"],
-            default="ort",
-            help="ort: ONNX Runtime operators allowed (default); onnx: standard only",
-        )
-        sub.add_argument(
-            "--passes",
-            default=None,
-            help=f"comma-separated passes to run (default: all of {','.join(PASS_NAMES)})",
-        )
 
-    optimize = commands.add_parser(
-        "optimize", help="fuse normalisation subgraphs, write a new model"
+def _add_model_options(sub: argparse.ArgumentParser) -> None:
+    from normfuse.passes import DEFAULT_PASS_NAMES, PASS_NAMES
+
+    sub.add_argument("model", type=Path, help="the ONNX model to read")
+    sub.add_argument(
+        "--target",
+        choices=["ort", "onnx"],
+        default="ort",
+        help="ort: ONNX Runtime operators allowed (default); onnx: standard only",
     )
-    common(optimize)
-    optimize.add_argument("-o", "--output", type=Path, help="where to write the optimised model")
-    optimize.add_argument("--in-place", action="store_true", help="replace MODEL itself")
-    optimize.add_argument("--report", type=Path, help="write the JSON report to this file")
-    optimize.add_argument(
+    sub.add_argument(
+        "--passes",
+        default=None,
+        help=f"comma-separated, of {','.join(PASS_NAMES)} (default {','.join(DEFAULT_PASS_NAMES)})",
+    )
+
+
+def _add_optimize(sub: argparse.ArgumentParser) -> None:
+    _add_model_options(sub)
+    sub.add_argument("-o", "--output", type=Path, help="where to write the optimised model")
+    sub.add_argument("--in-place", action="store_true", help="replace MODEL itself")
+    sub.add_argument("--report", type=Path, help="write the JSON report to this file")
+    sub.add_argument(
         "--validate",
         action="store_true",
         help="check each site alone (rolling back failures) and the whole model",
     )
-    _add_validation_options(optimize)
-
-    optimize.add_argument(
+    sub.add_argument(
         "--bench", action="store_true", help="time the original and the result side by side"
     )
-    optimize.add_argument(
+    sub.add_argument(
         "--tune-for",
         choices=["cpu", "cuda"],
-        help="add residual (Skip*) fusion where it times faster at the site's shape there",
+        help="choose each site's form (Skip* or not, fused or not) by timing there",
     )
-    _add_bench_options(optimize)
+    _add_input_options(sub)
+    _add_tolerance_options(sub)
+    _add_bench_options(sub)
 
-    bench = commands.add_parser("bench", help="batch-one latency of models, side by side")
-    bench.add_argument("models", type=Path, nargs="+", metavar="MODEL")
-    _add_bench_options(bench)
-    for flag, help_text in (
-        ("--providers", "cpu, cuda or cpu,cuda (default cpu)"),
-        ("--inputs", "input arrays by name (FILE.npz)"),
-    ):
-        bench.add_argument(flag, default="cpu" if flag == "--providers" else None, help=help_text)
-    bench.add_argument("--dims", action="append", metavar="NAME=N", help="symbolic dimension sizes")
-    bench.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
 
-    tune = commands.add_parser("tune", help="fastest ORT session settings, by measurement")
-    tune.add_argument("model", type=Path)
-    tune.add_argument("--providers", default="cpu", help="cpu, cuda or cpu,cuda (default cpu)")
-    tune.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
-    tune.add_argument("--dims", action="append", metavar="NAME=N", help="symbolic dimension sizes")
-    tune.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
-    tune.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
-    tune.add_argument("--warmup", type=int, default=20, help="untimed runs per config (default 20)")
-    tune.add_argument("--runs", type=int, default=200, help="timed runs per config (default 200)")
-    tune.add_argument("--json", dest="tune_json", type=Path, metavar="FILE", help="result as JSON")
-    tune.add_argument("--quiet", action="store_true", help="no progress display")
-
-    validate = commands.add_parser("validate", help="compare a candidate with the original")
-    validate.add_argument("original", type=Path)
-    validate.add_argument("candidate", type=Path)
-    validate.add_argument("--report", type=Path, help="write the JSON result to this file")
-    _add_validation_options(validate)
-
-    inspect = commands.add_parser(
-        "inspect", help="list fusable sites and near-misses; write nothing"
-    )
-    common(inspect)
-    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
-    inspect.add_argument(
+def _add_inspect(sub: argparse.ArgumentParser) -> None:
+    _add_model_options(sub)
+    sub.add_argument("--json", action="store_true", help="print the report as JSON")
+    sub.add_argument(
         "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
     )
-    return parser
 
 
-def _add_validation_options(sub: argparse.ArgumentParser) -> None:
+def _add_validate(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("original", type=Path)
+    sub.add_argument("candidate", type=Path)
+    sub.add_argument("--report", type=Path, help="write the JSON result to this file")
+    _add_input_options(sub)
+    _add_tolerance_options(sub)
+
+
+def _add_bench(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("models", type=Path, nargs="+", metavar="MODEL")
+    _add_input_options(sub)
+    _add_bench_options(sub)
+
+
+def _add_tune(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("model", type=Path)
+    _add_input_options(sub)
+    _add_bench_options(sub, levels=False, plot=False)
+
+
+def _add_input_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--providers", default="cpu", help="cpu, cuda or cpu,cuda (default cpu)")
     sub.add_argument(
         "--dims",
@@ -121,22 +116,31 @@ def _add_validation_options(sub: argparse.ArgumentParser) -> None:
     )
     sub.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
     sub.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+
+
+def _add_tolerance_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--atol", type=float, help="absolute tolerance (default: by output dtype)")
     sub.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype)")
 
 
-def _add_bench_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--warmup", type=int, default=20, help="untimed runs per model (default 20)")
-    sub.add_argument("--runs", type=int, default=200, help="timed runs per model (default 200)")
+def _add_bench_options(
+    sub: argparse.ArgumentParser, levels: bool = True, plot: bool = True
+) -> None:
+    sub.add_argument("--warmup", type=int, default=20, help="untimed runs each (default 20)")
+    sub.add_argument("--runs", type=int, default=200, help="timed runs each (default 200)")
     sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
+    if levels:
+        sub.add_argument(
+            "--level",
+            action="append",
+            choices=["disable", "basic", "extended", "all"],
+            help="ORT optimisation level; repeatable (default all)",
+        )
     sub.add_argument(
-        "--level",
-        action="append",
-        choices=["disable", "basic", "extended", "all"],
-        help="ORT optimisation level; repeatable (default all)",
+        "--json", dest="timings_json", type=Path, metavar="FILE", help="timings as JSON"
     )
-    sub.add_argument("--json", dest="bench_json", type=Path, metavar="FILE", help="timings as JSON")
-    sub.add_argument("--plot", type=Path, metavar="FILE.png", help="latency distributions")
+    if plot:
+        sub.add_argument("--plot", type=Path, metavar="FILE.png", help="latency distributions")
     sub.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -223,9 +227,9 @@ def _tune(args: argparse.Namespace) -> int:
     model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
     report = tune(model, _bench_options(args))
     print(report.text(str(args.model)))
-    if args.tune_json:
+    if args.timings_json:
         data = {"model": str(args.model), **report.as_dict(str(args.model))}
-        _write_report(args.tune_json, json.dumps(data, indent=2) + "\n")
+        _write_report(args.timings_json, json.dumps(data, indent=2) + "\n")
     return EXIT_OK
 
 
@@ -251,8 +255,8 @@ def _run_bench(models: list[BenchModel], args: argparse.Namespace) -> None:
         require_matplotlib()
     report = run_bench(models, options)
     print(report.table())
-    if args.bench_json:
-        _write_report(args.bench_json, json.dumps(report.as_dict(), indent=2) + "\n")
+    if args.timings_json:
+        _write_report(args.timings_json, json.dumps(report.as_dict(), indent=2) + "\n")
     if args.plot is not None:
         plot_latencies(report, args.plot)
         print(f"wrote {args.plot}")
