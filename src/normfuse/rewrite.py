@@ -113,11 +113,6 @@ class Context:
     # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
     form_chooser: FormChooser | None = None
 
-    def rank(self, tensor: gs.Tensor) -> int | None:
-        """The rank of `tensor` when known."""
-        shape = self.shape(tensor)
-        return None if shape is None else len(shape)
-
     def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
         """The shape of `tensor` (ints for static dims) when known."""
         if isinstance(tensor, gs.Constant):
