@@ -151,7 +151,7 @@ def _check(match: Match, context: Context) -> Site:
     if "std_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
     _reject_group_norm(match, context)
-    if "centered_cast" in match and match.node("centered_cast").attrs["to"] not in WIDE_TYPES:
+    if "centered_cast" in match and match.node("centered_cast").attrs.get("to") not in WIDE_TYPES:
         raise checks.Reject("cast-types", "x - mean is cast to a narrower type")
     io = checks.fused_io(match, context)
     shape = checks.known_shape(match["x"], context)

@@ -11,6 +11,8 @@ from pathlib import Path
 import onnx
 import pytest
 from helpers import op_counts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from models.builders import LAYER_NORM_NEGATIVES, LayerNormSpec, norm_model
 from normfuse.cli import main
@@ -217,3 +219,17 @@ def test_malformed_graph_is_one_line_and_exit_2(case: str, message: str, tmp_pat
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o.onnx").exists()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_corrupted_models_never_raise_unexpected_errors(data, tmp_path_factory) -> None:
+    """Random byte corruption of a valid model: exit 0, 1 or 2, never a traceback."""
+    valid = norm_model(LayerNormSpec(), layers=2).SerializeToString()
+    corrupted = bytearray(valid)
+    for _ in range(data.draw(st.integers(1, 8))):
+        corrupted[data.draw(st.integers(0, len(valid) - 1))] = data.draw(st.integers(0, 255))
+    folder = tmp_path_factory.mktemp("fuzz")
+    path = folder / "m.onnx"
+    path.write_bytes(bytes(corrupted))
+    assert main(["optimize", str(path), "-o", str(folder / "out.onnx")]) in (0, 2)

@@ -223,7 +223,10 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _export(original: onnx.ModelProto, graph: gs.Graph) -> onnx.ModelProto:
     """The original model with its graph replaced; model-level fields and graph I/O kept."""
-    exported = gs.export_onnx(graph, do_type_check=False).graph
+    try:
+        exported = gs.export_onnx(graph, do_type_check=False).graph
+    except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
+        raise NormfuseError(f"cannot write the rewritten graph: {error}") from None
     optimised = _copy(original)
     optimised.graph.CopyFrom(exported)
     for field in ("input", "output", "metadata_props"):

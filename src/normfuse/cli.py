@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from onnx_graphsurgeon.logger.logger import G_LOGGER
+
 import normfuse
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
@@ -147,6 +149,7 @@ def _add_bench_options(
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
+    G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
     try:
         if args.command == "optimize":
             return _optimize(args)

@@ -45,7 +45,10 @@ class ConstantReader:
             return self._fold_binary(node)
         if node.op == "Cast":
             value = self.value(node.inputs[0])
-            to = onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"])
+            try:
+                to = onnx.helper.tensor_dtype_to_np_dtype(node.attrs.get("to"))
+            except (KeyError, TypeError, ValueError):
+                return None
             return None if value is None else value.astype(to)
         return None
 
@@ -88,8 +91,8 @@ class ConstantReader:
             load_external_data_for_tensor(copy, str(self.base_dir))
             del copy.external_data[:]
             copy.data_location = onnx.TensorProto.DEFAULT
-            return onnx.numpy_helper.to_array(copy)
-        return onnx.numpy_helper.to_array(proto)
+            return _to_array(copy)
+        return _to_array(proto)
 
     def _from_constant_node(self, node: gs.Node) -> np.ndarray | None:
         attrs = node.attrs
@@ -111,6 +114,14 @@ class ConstantReader:
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
             return None
         return float(value.reshape(()))
+
+
+def _to_array(proto: onnx.TensorProto) -> np.ndarray | None:
+    """The tensor's values, or None when its data does not match its type and shape."""
+    try:
+        return onnx.numpy_helper.to_array(proto)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _producer(tensor: gs.Tensor) -> gs.Node | None:

@@ -61,14 +61,14 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     upcast = match.node("upcast") if "upcast" in match else None
     downcast = match.node("downcast") if "downcast" in match else None
     if upcast is not None and (
-        upcast.attrs["to"] != onnx.TensorProto.FLOAT or x_type not in UPCAST_SOURCES
+        upcast.attrs.get("to") != onnx.TensorProto.FLOAT or x_type not in UPCAST_SOURCES
     ):
-        to = _type_name(upcast.attrs["to"])
+        to = _type_name(upcast.attrs.get("to"))
         raise Reject("cast-types", f"statistics cast {_type_name(x_type)} to {to}")
     kept, output_cast = (), None
-    if downcast is not None and downcast.attrs["to"] != x_type:
-        if x_type != onnx.TensorProto.FLOAT or downcast.attrs["to"] not in DOWNCAST_TARGETS:
-            to = _type_name(downcast.attrs["to"])
+    if downcast is not None and downcast.attrs.get("to") != x_type:
+        if x_type != onnx.TensorProto.FLOAT or downcast.attrs.get("to") not in DOWNCAST_TARGETS:
+            to = _type_name(downcast.attrs.get("to"))
             raise Reject("cast-types", f"output cast to {to}, input is {_type_name(x_type)}")
         output_cast = downcast.attrs["to"]
     if upcast is not None and downcast is None:
@@ -87,7 +87,10 @@ def _known_type(tensor: gs.Tensor, context: Context) -> int:
 
 
 def _type_name(elem_type: int | None) -> str:
-    return onnx.TensorProto.DataType.Name(elem_type) if elem_type else "unknown"
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type)
+    except (ValueError, TypeError):
+        return f"unknown ({elem_type})"
 
 
 def known_shape(tensor: gs.Tensor, context: Context) -> tuple:

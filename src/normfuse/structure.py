@@ -26,7 +26,27 @@ def check_structure(model: onnx.ModelProto) -> None:
             f"the model needs ONNX opset {imported['']}; the installed onnx "
             f"{onnx.__version__} knows up to {known} (upgrade onnx)"
         )
+    _check_text(model.graph)
     _check_graph(model.graph, set(), set(imported) | {"ai.onnx"})
+
+
+def _check_text(graph: onnx.GraphProto) -> None:
+    """Every name, op type, domain and symbolic dim must be text (protobuf hands invalid UTF-8 in
+    these fields back as bytes)."""
+    infos = [*graph.input, *graph.output, *graph.value_info]
+    texts = [info.name for info in infos]
+    texts += [dim.dim_param for info in infos for dim in info.type.tensor_type.shape.dim]
+    texts += [tensor.name for tensor in graph.initializer]
+    for node in graph.node:
+        texts += [node.name, node.op_type, node.domain, *node.input, *node.output]
+        texts += [attribute.name for attribute in node.attribute]
+        for attribute in node.attribute:
+            subgraphs = [attribute.g] if attribute.HasField("g") else []
+            for subgraph in [*subgraphs, *attribute.graphs]:
+                _check_text(subgraph)
+    bad = next((text for text in texts if not isinstance(text, str)), None)
+    if bad is not None:
+        raise NormfuseError(f"the model has a name that is not valid UTF-8 text: {bad!r}")
 
 
 def _check_graph(graph: onnx.GraphProto, outer: set[str], domains: set[str]) -> None:
