@@ -233,3 +233,10 @@ def test_corrupted_models_never_raise_unexpected_errors(data, tmp_path_factory) 
     path = folder / "m.onnx"
     path.write_bytes(bytes(corrupted))
     assert main(["optimize", str(path), "-o", str(folder / "out.onnx")]) in (0, 2)
+
+
+def test_inspect_lists_each_site_with_its_nodes(capsys) -> None:
+    assert main(["inspect", str(BERT)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("site ")]
+    assert len(lines) == 5
+    assert all("LayerNormalization" in line and "ReduceMean" in line for line in lines)

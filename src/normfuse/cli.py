@@ -313,7 +313,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(report.to_json(), end="")
     else:
-        print(report.table())
+        print(report.table(sites=True))
     if args.check and report.sites:
         print(
             f"normfuse: check failed: {len(report.sites)} fusable site(s) left unfused",

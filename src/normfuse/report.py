@@ -55,13 +55,19 @@ class Report:
         """The report as indented JSON text."""
         return json.dumps(self.as_dict(), indent=2) + "\n"
 
-    def table(self) -> str:
-        """A short human-readable summary."""
+    def table(self, sites: bool = False) -> str:
+        """A short human-readable summary; with `sites`, one line per fused site too."""
         lines = [f"{'kind':<16}{'op':<28}{'sites':>6}"]
         for (kind, op), count in sorted(Counter((s.kind, s.op) for s in self.sites).items()):
             lines.append(f"{kind:<16}{op:<28}{count:>6}")
         if not self.sites:
             lines.append("(nothing fused)")
+        if sites:
+            for site in self.sites:
+                lines.append(
+                    f"site {site.kind} -> {site.op} for {site.output!r} (axis {site.axis}, "
+                    f"epsilon {site.epsilon:g}) replaces {', '.join(site.removed_nodes)}"
+                )
         lines.append(f"nodes: {self.nodes_before} -> {self.nodes_after}")
         if self.opset_after != self.opset_before:
             lines.append(f"opset: {self.opset_before} -> {self.opset_after}")
