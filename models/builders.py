@@ -486,3 +486,40 @@ def channel_first_layer_norm_model(
         out = b.op("Mul", [b.const(rng.uniform(0.5, 1.5, (channels, 1, 1)), "scale"), out])
         out = b.op("Add", [out, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "bias")])
     return _single_op_model(b, out, shape, "channel_first_layer_norm")
+
+
+def local_function_model(sequences: tuple[int, ...] = (7,), hidden: int = 32) -> onnx.ModelProto:
+    """A decomposed layer norm inside a model-local function, called once per entry of
+    `sequences` on inputs [2, sequence, hidden]; outputs one result per call."""
+    b = GraphBuilder(17)
+    out = add_layer_norm(b, "x", (2, 7, hidden), LayerNormSpec(), np.random.default_rng(0))
+    constants = [helper.make_node("Constant", [], [t.name], value=t) for t in b.initializers]
+    function = helper.make_function(
+        "local",
+        "DecomposedLayerNorm",
+        ["x"],
+        [out],
+        constants + b.nodes,
+        [helper.make_opsetid("", 17)],
+    )
+    calls, inputs, outputs = [], [], []
+    for index, sequence in enumerate(sequences):
+        inputs.append(helper.make_tensor_value_info(f"in{index}", FLOAT, [2, sequence, hidden]))
+        outputs.append(helper.make_tensor_value_info(f"out{index}", FLOAT, [2, sequence, hidden]))
+        calls.append(
+            helper.make_node(
+                "DecomposedLayerNorm",
+                [f"in{index}"],
+                [f"out{index}"],
+                domain="local",
+                name=f"call{index}",
+            )
+        )
+    graph = helper.make_graph(calls, "with_function", inputs, outputs)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        functions=[function],
+    )
+    model.ir_version = 8
+    return model

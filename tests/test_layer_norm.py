@@ -320,3 +320,17 @@ def test_rejects_channel_first_with_a_per_position_scale() -> None:
     values = np.random.default_rng(0).uniform(0.5, 1.5, (16, 6, 6)).astype(np.float32)
     scale.CopyFrom(onnx.numpy_helper.from_array(values, scale.name))
     assert_unchanged(original, "gamma-shape")
+
+
+@pytest.mark.parametrize("sequences", [(7,), (7, 11)])
+def test_fuses_inside_a_model_local_function(sequences) -> None:
+    from models.builders import local_function_model
+
+    original = local_function_model(sequences)
+    result = normfuse.optimize(original)
+    assert len(result.report.sites) == 1
+    body = result.model.functions[0]
+    assert [n.op_type for n in body.node if n.op_type != "Constant"] == ["LayerNormalization"]
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = random_inputs(original, seed=16)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL

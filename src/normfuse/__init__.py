@@ -7,6 +7,7 @@ model atomically.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -23,7 +24,7 @@ from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
 from normfuse.sessions import parse_providers
-from normfuse.shapes import tensor_types
+from normfuse.shapes import function_types, tensor_types
 from normfuse.structure import check_structure
 from normfuse.targets import Target
 from normfuse.validate import ValidationOptions
@@ -136,7 +137,15 @@ def _optimize(
     )
     graph = _import_graph(original)
     nodes_before = len(graph.nodes)
-    result = rewrite.run(graph, chosen_passes, context)
+    function_contexts = {
+        key: dataclasses.replace(
+            context, types=types, emissions=targets.function_emissions(function, chosen_target)
+        )
+        for function, (key, types) in zip(
+            original.functions, function_types(original, context.types).items(), strict=True
+        )
+    }
+    result = rewrite.run(graph, chosen_passes, context, function_contexts)
     optimised = _export(original, graph) if result.sites else _copy(original)
     opset_before = targets.default_opset(original)
     ort_only = any(site.ort_only for site in result.sites)
@@ -222,13 +231,22 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _export(original: onnx.ModelProto, graph: gs.Graph) -> onnx.ModelProto:
-    """The original model with its graph replaced; model-level fields and graph I/O kept."""
+    """The original model with its graph and local functions replaced; model-level fields and
+    graph I/O kept."""
     try:
-        exported = gs.export_onnx(graph, do_type_check=False).graph
+        exported_model = gs.export_onnx(graph, do_type_check=False)
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
         raise NormfuseError(f"cannot write the rewritten graph: {error}") from None
+    exported = exported_model.graph
     optimised = _copy(original)
     optimised.graph.CopyFrom(exported)
+    if original.functions:
+        rewritten = {(f.domain, f.name): f for f in exported_model.functions}
+        for function in optimised.functions:
+            body = rewritten.get((function.domain, function.name))
+            if body is not None:
+                del function.node[:]
+                function.node.extend(body.node)
     for field in ("input", "output", "metadata_props"):
         del getattr(optimised.graph, field)[:]
         getattr(optimised.graph, field).extend(getattr(original.graph, field))

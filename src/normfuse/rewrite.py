@@ -155,16 +155,30 @@ class RunResult:
     near_misses: list[NearMiss] = field(default_factory=list)
 
 
-def run(graph: gs.Graph, passes: Sequence[FusionPass], context: Context) -> RunResult:
-    """Apply `passes` to `graph` and the bodies of its If/Loop/Scan nodes until nothing more
-    fuses; the graph is changed in place."""
+def run(
+    graph: gs.Graph,
+    passes: Sequence[FusionPass],
+    context: Context,
+    function_contexts: dict[tuple[str, str], Context] | None = None,
+) -> RunResult:
+    """Apply `passes` to `graph`, the bodies of its If/Loop/Scan nodes and its model-local
+    functions (each with its own context) until nothing more fuses; the graph is changed in
+    place."""
+    scopes = [(scope, context) for scope in [graph, *graph.subgraphs(recursive=True)]]
+    for function in graph.functions:
+        function_context = (function_contexts or {}).get((function.domain, function.name))
+        if function_context is not None:
+            scopes += [
+                (scope, function_context)
+                for scope in [function, *function.subgraphs(recursive=True)]
+            ]
     result = RunResult()
     for _ in range(MAX_ROUNDS):
         fused_this_round = 0
         near_misses: list[NearMiss] = []
         for fusion_pass in passes:
-            for scope in [graph, *graph.subgraphs(recursive=True)]:
-                sites, misses = find_sites(scope, fusion_pass, context)
+            for scope, scope_context in scopes:
+                sites, misses = find_sites(scope, fusion_pass, scope_context)
                 apply_sites(scope, sites)
                 result.sites.extend(sites)
                 near_misses.extend(misses)

@@ -44,3 +44,78 @@ def _tensor_type(tensor_type: onnx.TypeProto.Tensor) -> TensorType:
         else:
             dims.append(dim.dim_param or None)
     return tensor_type.elem_type, tuple(dims)
+
+
+def function_types(
+    model: onnx.ModelProto, types: dict[str, TensorType]
+) -> dict[tuple[str, str], dict[str, TensorType]]:
+    """Types inside each model-local function, keyed by (domain, name).
+
+    Shape inference does not look inside functions, so each function body is inferred once per
+    call site with that call's input types, and the results are merged: a tensor keeps its
+    element type and rank where every call agrees, and each dim where every call agrees (a fusion
+    inside a function applies to all its calls).
+    """
+    calls: dict[tuple[str, str], list[onnx.NodeProto]] = {}
+    for node in _all_nodes(model.graph):
+        calls.setdefault((node.domain, node.op_type), []).append(node)
+    result = {}
+    for function in model.functions:
+        key = (function.domain, function.name)
+        per_call = [_infer_body(function, node, types) for node in calls.get(key, [])]
+        agreed = {}
+        for name, found in (per_call[0] if per_call else {}).items():
+            merged = _merge([found, *(other.get(name) for other in per_call[1:])])
+            if merged is not None:
+                agreed[name] = merged
+        result[key] = agreed
+    return result
+
+
+def _merge(found: list[TensorType | None]) -> TensorType | None:
+    """One type for all call sites: same element type and rank, dims kept where they agree."""
+    if any(item is None or item[1] is None for item in found):
+        return None
+    elem_types = {item[0] for item in found}
+    ranks = {len(item[1]) for item in found}
+    if len(elem_types) != 1 or len(ranks) != 1:
+        return None
+    dims = tuple(
+        column[0] if len(set(column)) == 1 else None
+        for column in zip(*(item[1] for item in found), strict=True)
+    )
+    return elem_types.pop(), dims
+
+
+def _infer_body(
+    function: onnx.FunctionProto, call: onnx.NodeProto, types: dict[str, TensorType]
+) -> dict[str, TensorType]:
+    inputs = []
+    for formal, actual in zip(function.input, call.input, strict=False):
+        if actual not in types:
+            return {}
+        elem_type, shape = types[actual]
+        inputs.append(onnx.helper.make_tensor_value_info(formal, elem_type, shape))
+    graph = onnx.helper.make_graph(
+        list(function.node),
+        function.name,
+        inputs,
+        [onnx.helper.make_empty_tensor_value_info(name) for name in function.output],
+    )
+    body = onnx.helper.make_model(graph, opset_imports=list(function.opset_import))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(body, check_type=False, strict_mode=False)
+    except Exception:  # a body inference cannot handle: no types inside it
+        return {}
+    found: dict[str, TensorType] = {}
+    _collect(inferred.graph, found)
+    return found
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            subgraphs = [attribute.g] if attribute.HasField("g") else []
+            for subgraph in [*subgraphs, *attribute.graphs]:
+                yield from _all_nodes(subgraph)

@@ -162,3 +162,19 @@ def import_domain(model: onnx.ModelProto, domain: str, version: int = 1) -> None
     """Import operator set `domain` (e.g. com.microsoft for ONNX Runtime's ops) if not yet."""
     if not any(entry.domain == domain for entry in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+
+
+def function_emissions(function: onnx.FunctionProto, target: Target) -> dict[str, Emission | None]:
+    """Emissions inside a model-local function, at the function's own opset (never raised)."""
+    opset = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), 0)
+    layer_norm = None
+    if opset >= LAYER_NORM_OPSET:
+        layer_norm = Emission("LayerNormalization", "", 0, ort_only=False)
+    elif target is Target.ORT:
+        layer_norm = Emission("LayerNormalization", "", 0, ort_only=True)
+    rms_norm = None
+    if target is Target.ORT:
+        rms_norm = Emission("SimplifiedLayerNormalization", "", 0, ort_only=True)
+    elif opset >= RMS_NORM_OPSET:
+        rms_norm = Emission("RMSNormalization", "", 0, ort_only=False)
+    return {"layer-norm": layer_norm, "rms-norm": rms_norm}
