@@ -27,7 +27,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, NearMiss, Site, node_label
+from normfuse.rewrite import Context, Site
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
@@ -136,12 +136,9 @@ class LayerNormPass:
         """The mean's ReduceMean identifies one layer norm."""
         return match.node("mean")
 
-    def check(self, match: Match, context: Context) -> Site | NearMiss:
-        """A `Site` if `match` is exactly layer normalisation, else a `NearMiss` with the reason."""
-        try:
-            return _check(match, context)
-        except checks.Reject as reject:
-            return NearMiss(KIND, node_label(match.node("mean")), reject.reason, reject.detail)
+    def check(self, match: Match, context: Context) -> Site:
+        """A `Site` if `match` is exactly layer normalisation; raises `Reject` with the reason."""
+        return _check(match, context)
 
 
 _RESHAPED = Op("Reshape", Var("ungrouped"), Var("groups"))

@@ -21,7 +21,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, NearMiss, Site, node_label
+from normfuse.rewrite import Context, Site
 
 KIND = "rms-norm"
 
@@ -90,17 +90,14 @@ class RmsNormPass:
         """The reduction of the squares identifies one RMS norm."""
         return match.node("reduce")
 
-    def check(self, match: Match, context: Context) -> Site | NearMiss | None:
-        """A `Site` if `match` is exactly RMS normalisation, else a `NearMiss` with the reason.
+    def check(self, match: Match, context: Context) -> Site | None:
+        """A `Site` if `match` is exactly RMS normalisation; raises `Reject` with the reason.
 
         None for `a - ReduceMean(a)` inputs: a layer norm, which the layer-norm pass reports.
         """
         if match_first(_CENTERED, match["x"], context.reader) is not None:
             return None
-        try:
-            return _check(match, context)
-        except checks.Reject as reject:
-            return NearMiss(KIND, node_label(match.node("reduce")), reject.reason, reject.detail)
+        return _check(match, context)
 
 
 def _check(match: Match, context: Context) -> Site:

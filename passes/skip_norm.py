@@ -18,7 +18,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import Const, Match, Op, Var
-from normfuse.rewrite import Context, FusedNode, NearMiss, Site, node_label
+from normfuse.rewrite import Context, FusedNode, Site
 from normfuse.targets import Target
 
 KIND = "skip-norm"
@@ -56,12 +56,9 @@ class SkipNormPass:
         """The norm node identifies the site."""
         return match.node("y")
 
-    def check(self, match: Match, context: Context) -> Site | NearMiss | None:
-        """A `Site` when the residual form applies and is wanted, else why not."""
-        try:
-            return _check(match, context)
-        except checks.Reject as reject:
-            return NearMiss(KIND, node_label(match.node("y")), reject.reason, reject.detail)
+    def check(self, match: Match, context: Context) -> Site | None:
+        """A `Site` when the residual form applies and is wanted; raises `Reject` otherwise."""
+        return _check(match, context)
 
 
 def _check(match: Match, context: Context) -> Site:

@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes
 from normfuse.pattern import Match
-from normfuse.rewrite import Context, FusedNode, Site
+from normfuse.rewrite import Context, FusedNode, Reject, Site
 
 FLOAT_TYPES = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -25,15 +25,6 @@ FLOAT_TYPES = {
 # Types a model may upcast to float32 for the statistics (bfloat16 has no NumPy dtype here).
 UPCAST_SOURCES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT}
 DOWNCAST_TARGETS = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
-
-
-class Reject(Exception):
-    """A match that is not the family's function: `reason` is a stable kebab-case code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

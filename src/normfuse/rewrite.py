@@ -28,6 +28,16 @@ INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
 MAX_ROUNDS = 8
 
 
+class Reject(Exception):
+    """Raised by a pass's check: the match is not the family's function. `reason` is a stable
+    kebab-case code; the driver reports it as a `NearMiss` at the site's key node."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
 @dataclass(frozen=True)
 class FusedNode:
     """The node that replaces a site: inputs are graph tensors, new constants, or None (absent);
@@ -140,11 +150,10 @@ class FusionPass(Protocol):
     def site_key(self, match: Match) -> gs.Node:
         """The node that identifies the candidate site (matches sharing it compete)."""
 
-    def check(self, match: Match, context: Context) -> Site | NearMiss | None:
-        """Decide, without side effects, whether `match` computes this family's function.
-
-        None means the match belongs to another family, whose pass reports it.
-        """
+    def check(self, match: Match, context: Context) -> Site | None:
+        """Decide, without side effects, whether `match` computes this family's function: a
+        `Site`, or raise `Reject` with the reason. None means the match belongs to another family,
+        whose pass reports it."""
 
 
 @dataclass
@@ -220,7 +229,11 @@ def _decide(
     group = sorted(group, key=lambda found: len(found.nodes), reverse=True)
     first_miss = None
     for found in group:
-        outcome = fusion_pass.check(found, context)
+        try:
+            outcome = fusion_pass.check(found, context)
+        except Reject as reject:
+            label = node_label(fusion_pass.site_key(found))
+            outcome = NearMiss(fusion_pass.kind, label, reject.reason, reject.detail)
         if isinstance(outcome, Site):
             outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
         if isinstance(outcome, Site) and outcome.output in context.excluded:
