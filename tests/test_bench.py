@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 import normfuse
@@ -133,3 +134,38 @@ def test_optimize_bench_times_original_and_result(tmp_path: Path, capsys) -> Non
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "original" in printed and "normfuse" in printed and "LayerNormalization 5" in printed
+
+
+def test_cuda_runner_binds_inputs_and_outputs_on_the_device(monkeypatch) -> None:
+    """The CUDA path without a GPU: inputs bound once as device values, outputs bound to the
+    device, each timed run synchronised."""
+    calls = []
+
+    class FakeBinding:
+        def bind_ortvalue_input(self, name, value):
+            calls.append(("input", name, value))
+
+        def bind_output(self, name, device, index):
+            calls.append(("output", name, device, index))
+
+        def synchronize_outputs(self):
+            calls.append(("sync",))
+
+    class FakeSession:
+        def io_binding(self):
+            return FakeBinding()
+
+        def get_outputs(self):
+            return [type("Output", (), {"name": "y"})()]
+
+        def run_with_iobinding(self, binding):
+            calls.append(("run",))
+
+    monkeypatch.setattr(
+        ort.OrtValue, "ortvalue_from_numpy", staticmethod(lambda value, device, index: device)
+    )
+    runner = bench._runner(FakeSession(), "cuda", {"x": np.zeros(2, np.float32)})
+    assert calls == [("input", "x", "cuda"), ("output", "y", "cuda", 0)]
+    runner()
+    runner()
+    assert calls[2:] == [("run",), ("sync",), ("run",), ("sync",)]
