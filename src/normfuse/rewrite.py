@@ -286,82 +286,75 @@ def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
     """Replace each site's subgraph by its fused node, keep output names, clean up, sort."""
     if not sites:
         return
-    tensors = graph.tensors()
-    node_names = {node.name for node in graph.nodes}
+    emitter = _Emitter(graph)
     for site in sites:
-        name = _unique(f"{site.output}/{site.op}", node_names)
-        node_names.add(name)
-        inputs = _fused_inputs(site.fused, name, tensors)
-        output = tensors[site.output]
-        output.inputs.clear()
-        fused_output = output
-        if site.fused.output_cast is not None:
-            fused_output = _add_node(
-                graph,
-                "Cast",
-                {"to": site.fused.output_cast},
-                fused_output,
-                name,
-                tensors,
-                node_names,
-            )
-        if site.fused.layout is not None:
-            before, after = site.fused.layout
-            fused_output = _add_node(
-                graph, "Transpose", {"perm": list(after)}, fused_output, name, tensors, node_names
-            )
-            transposed = gs.Variable(_unique(f"{name}/transposed_input", tensors.keys()))
-            tensors[transposed.name] = transposed
-            graph.nodes.append(
-                gs.Node(
-                    "Transpose",
-                    _unique(f"{name}/Transpose_in", node_names),
-                    {"perm": list(before)},
-                    [inputs[0]],
-                    [transposed],
-                )
-            )
-            inputs[0] = transposed
-        outputs = [fused_output]
-        for index, tensor in site.fused.extra_outputs:
-            used = tensor in graph.outputs or any(
-                id(user) not in site.node_ids for user in tensor.outputs
-            )
-            if used:
-                tensor.inputs.clear()
-                outputs += [gs.Variable.empty() for _ in range(index - len(outputs))] + [tensor]
-        graph.nodes.append(
-            gs.Node(
-                site.fused.op,
-                name,
-                dict(site.fused.attrs),
-                inputs,
-                outputs,
-                domain=site.fused.domain,
-            )
-        )
+        _apply_site(emitter, site)
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
 
 
-def _add_node(
-    graph: gs.Graph,
-    op: str,
-    attrs: dict,
-    output: gs.Tensor,
-    name: str,
-    tensors: dict,
-    node_names: set[str],
-) -> gs.Variable:
-    """Append `op` producing `output` from a new tensor; returns that tensor (its input)."""
-    source = gs.Variable(_unique(f"{name}/{op}_input", tensors.keys()))
-    tensors[source.name] = source
-    node_name = _unique(f"{name}/{op}", node_names)
-    node_names.add(node_name)
-    graph.nodes.append(gs.Node(op, node_name, attrs, [source], [output]))
-    return source
+def _apply_site(emitter: _Emitter, site: Site) -> None:
+    """Emit `site`'s fused node (with its Casts and Transposes) producing the site's output."""
+    fused = site.fused
+    name = emitter.node_name(f"{site.output}/{site.op}")
+    inputs = _fused_inputs(fused, name, emitter)
+    output = emitter.tensors[site.output]
+    output.inputs.clear()
+    if fused.output_cast is not None:
+        output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
+    if fused.layout is not None:
+        before, after = fused.layout
+        output = emitter.feeding(output, "Transpose", {"perm": list(after)}, name)
+        inputs[0] = emitter.fed_by(inputs[0], "Transpose", {"perm": list(before)}, name)
+    outputs = [output]
+    for index, tensor in fused.extra_outputs:
+        used = tensor in emitter.graph.outputs or any(
+            id(user) not in site.node_ids for user in tensor.outputs
+        )
+        if used:
+            tensor.inputs.clear()
+            outputs += [gs.Variable.empty() for _ in range(index - len(outputs))] + [tensor]
+    emitter.graph.nodes.append(
+        gs.Node(fused.op, name, dict(fused.attrs), inputs, outputs, domain=fused.domain)
+    )
 
 
-def _fused_inputs(fused: FusedNode, name: str, tensors: dict) -> list[gs.Tensor]:
+class _Emitter:
+    """Adds nodes and tensors to one graph under unique, deterministic names."""
+
+    def __init__(self, graph: gs.Graph) -> None:
+        self.graph = graph
+        self.tensors = graph.tensors()
+        self.node_names = {node.name for node in graph.nodes}
+
+    def node_name(self, stem: str) -> str:
+        """A node name not yet used in the graph, reserved."""
+        name = _unique(stem, self.node_names)
+        self.node_names.add(name)
+        return name
+
+    def tensor(self, stem: str, value: np.ndarray | None = None) -> gs.Tensor:
+        """A new variable (or, with `value`, constant) under an unused name."""
+        name = _unique(stem, self.tensors.keys())
+        made = gs.Variable(name) if value is None else gs.Constant(name, value)
+        self.tensors[name] = made
+        return made
+
+    def feeding(self, output: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
+        """Add `op` producing `output` from a new tensor; return that tensor."""
+        source = self.tensor(f"{stem}/{op}_input")
+        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source], [output])
+        self.graph.nodes.append(node)
+        return source
+
+    def fed_by(self, source: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
+        """Add `op` reading `source` into a new tensor; return that tensor."""
+        result = self.tensor(f"{stem}/{op}_output")
+        node = gs.Node(op, self.node_name(f"{stem}/{op}_in"), attrs, [source], [result])
+        self.graph.nodes.append(node)
+        return result
+
+
+def _fused_inputs(fused: FusedNode, name: str, emitter: _Emitter) -> list[gs.Tensor]:
     """The fused node's input tensors; arrays become new constants, trailing Nones are dropped."""
     values = list(fused.inputs)
     while values and values[-1] is None:
@@ -371,10 +364,7 @@ def _fused_inputs(fused: FusedNode, name: str, tensors: dict) -> list[gs.Tensor]
         if value is None:
             inputs.append(gs.Variable.empty())
         elif isinstance(value, np.ndarray):
-            constant_name = _unique(f"{name}/input{index}", tensors.keys())
-            constant = gs.Constant(constant_name, np.ascontiguousarray(value))
-            tensors[constant_name] = constant
-            inputs.append(constant)
+            inputs.append(emitter.tensor(f"{name}/input{index}", np.ascontiguousarray(value)))
         else:
             inputs.append(value)
     return inputs
