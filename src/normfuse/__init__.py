@@ -120,6 +120,7 @@ def _optimize(
     name: str | None,
     chooser: FormChooser | None = None,
 ) -> OptimizeResult:
+    """One rewrite of `loaded`: import, run the passes, export, set opsets, check, report."""
     from normfuse.passes import select
 
     try:
@@ -127,35 +128,11 @@ def _optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
-    context = rewrite.Context(
-        ConstantReader(loaded.base_dir),
-        tensor_types(original),
-        chosen_target,
-        targets.emissions(original, chosen_target),
-        dict(excluded),
-        chooser,
-    )
+    context, function_contexts = _contexts(loaded, chosen_target, excluded, chooser)
     graph = _import_graph(original)
     nodes_before = len(graph.nodes)
-    function_contexts = {
-        key: dataclasses.replace(
-            context, types=types, emissions=targets.function_emissions(function, chosen_target)
-        )
-        for function, (key, types) in zip(
-            original.functions, function_types(original, context.types).items(), strict=True
-        )
-    }
     result = rewrite.run(graph, chosen_passes, context, function_contexts)
-    optimised = _export(original, graph) if result.sites else _copy(original)
-    opset_before = targets.default_opset(original)
-    ort_only = any(site.ort_only for site in result.sites)
-    opset_needed = max((site.opset for site in result.sites), default=opset_before)
-    if opset_needed > opset_before:
-        targets.set_default_opset(optimised, opset_needed)
-    for domain in sorted({site.domain for site in result.sites} - {"", "ai.onnx"}):
-        targets.import_domain(optimised, domain)
-    if result.sites and not ort_only and _passes_checker(original, full=False):
-        _check(optimised, full=chosen_target is Target.ONNX)
+    optimised = _finalise(original, graph, result.sites, chosen_target)
     report = Report(
         __version__,
         name,
@@ -165,12 +142,60 @@ def _optimize(
         result.near_misses,
         nodes_before,
         len(optimised.graph.node),
-        opset_before,
+        targets.default_opset(original),
         targets.default_opset(optimised),
-        ort_only,
+        any(site.ort_only for site in result.sites),
         tuning=[] if chooser is None else chooser.records(),
     )
     return OptimizeResult(optimised, report, loaded.base_dir)
+
+
+def _contexts(
+    loaded: model_io.LoadedModel,
+    target: Target,
+    excluded: dict[str, tuple[str, str]],
+    chooser: FormChooser | None,
+) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
+    """The context for the main graph, and one per model-local function (its own types and
+    opset)."""
+    original = loaded.model
+    context = rewrite.Context(
+        ConstantReader(loaded.base_dir),
+        tensor_types(original),
+        target,
+        targets.emissions(original, target),
+        dict(excluded),
+        chooser,
+    )
+    per_function = function_types(original, context.types)
+    function_contexts = {
+        (function.domain, function.name): dataclasses.replace(
+            context,
+            types=per_function[(function.domain, function.name)],
+            emissions=targets.function_emissions(function, target),
+        )
+        for function in original.functions
+    }
+    return context, function_contexts
+
+
+def _finalise(
+    original: onnx.ModelProto, graph: gs.Graph, sites: list[rewrite.Site], target: Target
+) -> onnx.ModelProto:
+    """The rewritten model (the original itself, copied, when nothing was fused), with the opset
+    and domains its new nodes need, checked where the original passes `onnx.checker`."""
+    if not sites:
+        return _copy(original)
+    optimised = _export(original, graph)
+    opset_needed = max(site.opset for site in sites)
+    if opset_needed > targets.default_opset(original):
+        targets.set_default_opset(optimised, opset_needed)
+    for domain in sorted({site.domain for site in sites} - {"", "ai.onnx"}):
+        targets.import_domain(optimised, domain)
+    ort_only = any(site.ort_only for site in sites)
+    if not ort_only and _passes_checker(original, full=False):
+        _check(optimised, full=target is Target.ONNX)
+    return optimised
 
 
 def validate(
