@@ -82,3 +82,13 @@ def test_second_run_gives_identical_bytes(entry: dict, tmp_path: Path) -> None:
     normfuse.save(normfuse.optimize(MODELS_DIR / entry["file"]), first)
     normfuse.save(normfuse.optimize(first), second)
     assert second.read_bytes() == first.read_bytes()
+
+
+def test_committed_fixtures_stay_small() -> None:
+    """Each committed model under 2 MB, all of them under 30 MB (the project's limits)."""
+    files = list((MODELS_DIR / "real").glob("*.onnx"))
+    assert files
+    assert max(f.stat().st_size for f in files) < 2 * 1024 * 1024
+    assert sum(f.stat().st_size for f in files) < 30 * 1024 * 1024
+    listed = {MODELS_DIR / entry["file"] for entry in ENTRIES}
+    assert set(files) == listed
