@@ -37,10 +37,7 @@ def bert() -> tuple[torch.nn.Module, dict]:
         intermediate_size=128,
         max_position_embeddings=64,
     )
-    return transformers.BertModel(config).eval(), {
-        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
-        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
-    }
+    return transformers.BertModel(config).eval(), _encoder_inputs()
 
 
 def gpt2() -> tuple[torch.nn.Module, dict]:
@@ -54,19 +51,18 @@ def gpt2() -> tuple[torch.nn.Module, dict]:
     )
     # attention_mask and position_ids given explicitly: without them transformers' packed-sequence
     # detection uses aten::diff, which the TorchScript exporter cannot export.
-    return transformers.GPT2Model(config).eval(), {
+    return transformers.GPT2Model(config).eval(), _decoder_inputs()
+
+
+def _encoder_inputs() -> dict:
+    return {
         "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
         "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
-        "position_ids": torch.arange(SEQUENCE).unsqueeze(0),
     }
 
 
 def _decoder_inputs() -> dict:
-    return {
-        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
-        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
-        "position_ids": torch.arange(SEQUENCE).unsqueeze(0),
-    }
+    return {**_encoder_inputs(), "position_ids": torch.arange(SEQUENCE).unsqueeze(0)}
 
 
 _DECODER_SIZES = dict(
@@ -104,10 +100,7 @@ def t5_encoder() -> tuple[torch.nn.Module, dict]:
         num_heads=4,
         use_cache=False,
     )
-    return transformers.T5EncoderModel(config), {
-        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
-        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
-    }
+    return transformers.T5EncoderModel(config), _encoder_inputs()
 
 
 def mistral() -> tuple[torch.nn.Module, dict]:
@@ -138,10 +131,7 @@ def distilbert() -> tuple[torch.nn.Module, dict]:
         hidden_dim=128,
         max_position_embeddings=64,
     )
-    return transformers.DistilBertModel(config), {
-        "input_ids": torch.randint(0, 512, (1, SEQUENCE)),
-        "attention_mask": torch.ones(1, SEQUENCE, dtype=torch.int64),
-    }
+    return transformers.DistilBertModel(config), _encoder_inputs()
 
 
 def vit() -> tuple[torch.nn.Module, dict]:

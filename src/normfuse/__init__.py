@@ -24,7 +24,7 @@ from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
 from normfuse.sessions import parse_providers
-from normfuse.shapes import function_types, tensor_types
+from normfuse.shapes import TensorType, function_types, tensor_types
 from normfuse.structure import check_structure
 from normfuse.targets import Target
 from normfuse.validate import ValidationOptions
@@ -82,25 +82,30 @@ def optimize(
     if tune_for is not None:
         chooser = FormChooser(parse_providers(tune_for)[0])
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
+    types = tensor_types(loaded.model)  # shape inference once, for every rewrite and check below
+
+    def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
+        return _optimize(loaded, types, target, passes, excluded, _name(model), chooser)
+
     excluded: dict[str, tuple[str, str]] = {}
-    result = _optimize(loaded, target, passes, excluded, _name(model), chooser)
+    result = rewrite_excluding(excluded)
     if chooser is not None:
         slower = chooser.slower_fusions(
-            loaded.model, result.model, result.report.sites, loaded.base_dir
+            loaded.model, result.model, result.report.sites, loaded.base_dir, types
         )
         if slower:
             excluded |= slower
-            result = _optimize(loaded, target, passes, excluded, _name(model), chooser)
+            result = rewrite_excluding(excluded)
         result.report.tuning = chooser.records()
     if validation is None:
         return result
     checks = validate_module.check_sites(
-        loaded.model, result.model, result.report.sites, validation, loaded.base_dir
+        loaded.model, result.model, result.report.sites, validation, loaded.base_dir, types
     )
     failed = sorted(check.output for check in checks if not check.passed)
     if failed:
         excluded |= {output: ("failed-validation", _FAILED_DETAIL) for output in failed}
-        result = _optimize(loaded, target, passes, excluded, _name(model), chooser)
+        result = rewrite_excluding(excluded)
     report = validate_module.compare_models(
         loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
     )
@@ -114,6 +119,7 @@ _FAILED_DETAIL = "the fused node differed from the subgraph when run alone; left
 
 def _optimize(
     loaded: model_io.LoadedModel,
+    types: dict[str, TensorType],
     target: str,
     passes: str | list[str] | None,
     excluded: dict[str, tuple[str, str]],
@@ -128,7 +134,7 @@ def _optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
-    context, function_contexts = _contexts(loaded, chosen_target, excluded, chooser)
+    context, function_contexts = _contexts(loaded, types, chosen_target, excluded, chooser)
     graph = _import_graph(original)
     nodes_before = len(graph.nodes)
     result = rewrite.run(graph, chosen_passes, context, function_contexts)
@@ -152,6 +158,7 @@ def _optimize(
 
 def _contexts(
     loaded: model_io.LoadedModel,
+    types: dict[str, TensorType],
     target: Target,
     excluded: dict[str, tuple[str, str]],
     chooser: FormChooser | None,
@@ -161,7 +168,7 @@ def _contexts(
     original = loaded.model
     context = rewrite.Context(
         ConstantReader(loaded.base_dir),
-        tensor_types(original),
+        types,
         target,
         targets.emissions(original, target),
         dict(excluded),

@@ -18,9 +18,8 @@ from onnx import helper, numpy_helper
 
 from normfuse import bench
 from normfuse.rewrite import Site
-from normfuse.shapes import tensor_types
-from normfuse.site_inputs import site_feeds
-from normfuse.subgraph import extract
+from normfuse.shapes import TensorType, tensor_types
+from normfuse.site_inputs import IsolatedSite, isolate
 
 FORM_RUNS = 100
 MS_DOMAIN = "com.microsoft"
@@ -109,26 +108,21 @@ class FormChooser:
         candidate: onnx.ModelProto,
         sites: list[Site],
         base_dir: Path | None,
+        types: dict[str, TensorType] | None = None,
     ) -> dict[str, tuple[str, str]]:
         """Layer/RMS-norm sites whose fused node timed slower than the decomposed subgraph at the
         site's shape (beyond noise): output -> (reason, detail). Each shape is timed once."""
-        types = tensor_types(original)
+        types = tensor_types(original) if types is None else types
         slower = {}
         for site in sites:
             if site.kind not in ("layer-norm", "rms-norm"):
                 continue
-            feeds = site_feeds(site, types, {}, 0)
-            output_type = types.get(site.output, (None,))[0]
-            if feeds is None or output_type is None:
-                continue
-            inputs = {name: (types[name][0], list(v.shape)) for name, v in feeds.items()}
-            decomposed = extract(original, inputs, site.output, output_type, base_dir)
-            fused = extract(candidate, inputs, site.output, output_type, base_dir)
-            if decomposed is None or fused is None:
-                continue  # absorbed into a later site (a Skip op): timed as that form
-            key = (site.kind, tuple(inputs[site.input_names()[0]][1]), output_type)
+            pair = isolate(site, original, candidate, types, {}, 0, base_dir)
+            if isinstance(pair, str):
+                continue  # e.g. absorbed into a later Skip site: timed as that form
+            key = (site.kind, pair.feeds[site.input_names()[0]].shape, types[site.output][0])
             if key not in self.fusion_timings:
-                self.fusion_timings[key] = self._time_pair(decomposed, fused, feeds, site.kind)
+                self.fusion_timings[key] = self._time_pair(pair, site.kind)
             ratio, (low, high) = self.fusion_timings[key]
             if low > 1.0:
                 slower[site.output] = (
@@ -138,7 +132,8 @@ class FormChooser:
                 )
         return slower
 
-    def _time_pair(self, decomposed, fused, feeds, kind) -> tuple[float, tuple[float, float]]:
+    def _time_pair(self, pair: IsolatedSite, kind: str) -> tuple[float, tuple[float, float]]:
+        feeds = pair.feeds
         options = bench.BenchOptions(
             providers=(self.provider,),
             levels=("disable",),
@@ -148,7 +143,7 @@ class FormChooser:
             npz=None,
         )
         report = bench.run_with_feeds(
-            [bench.BenchModel("decomposed", decomposed), bench.BenchModel("fused", fused)],
+            [bench.BenchModel("decomposed", pair.before), bench.BenchModel("fused", pair.after)],
             options,
             feeds,
         )

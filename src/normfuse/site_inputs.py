@@ -1,14 +1,51 @@
-"""Inputs for running one fused site alone: adversarial rows for its main input (a constant
-row, very large and very small magnitudes, one outlier) and random values for the others."""
+"""One fused site on its own: its original subgraph and its fused form cut out as two small
+models, and inputs for them (adversarial rows for the main input: a constant row, very large and
+very small magnitudes, one outlier; random values for the others)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
 
 from normfuse.rewrite import Site
+from normfuse.shapes import TensorType
+from normfuse.subgraph import extract
 
 SITE_ROWS = 8
+
+
+@dataclass(frozen=True)
+class IsolatedSite:
+    """A site's subgraph before and after fusion, as models, and inputs to run both on."""
+
+    before: onnx.ModelProto
+    after: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+
+
+def isolate(
+    site: Site,
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    types: dict[str, TensorType],
+    dims: dict[str, int],
+    seed: int,
+    base_dir: Path | None,
+) -> IsolatedSite | str:
+    """The site cut out of both models, or why it could not be."""
+    feeds = site_feeds(site, types, dims, seed)
+    output_type = types.get(site.output, (None,))[0]
+    if feeds is None or output_type is None:
+        return "input or output type unknown"
+    inputs = {name: (types[name][0], list(value.shape)) for name, value in feeds.items()}
+    before = extract(original, inputs, site.output, output_type, base_dir)
+    after = extract(candidate, inputs, site.output, output_type, base_dir)
+    if before is None or after is None:
+        return "could not isolate the site"
+    return IsolatedSite(before, after, feeds)
 
 
 def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict | None:

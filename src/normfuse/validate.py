@@ -20,9 +20,9 @@ from normfuse.errors import NormfuseError
 from normfuse.inputs import make_inputs
 from normfuse.model_io import external_tensors
 from normfuse.rewrite import Site
-from normfuse.shapes import tensor_types
-from normfuse.site_inputs import site_feeds
-from normfuse.subgraph import as_float64, extract
+from normfuse.shapes import TensorType, tensor_types
+from normfuse.site_inputs import isolate
+from normfuse.subgraph import as_float64
 
 WHOLE_MODEL_LEVELS = ("disable", "all")
 
@@ -225,31 +225,22 @@ def check_sites(
     sites: list[Site],
     options: ValidationOptions,
     base_dir: Path | None = None,
+    types: dict[str, TensorType] | None = None,
 ) -> list[SiteCheck]:
-    """Run each fused site and its original subgraph alone, on random and adversarial rows."""
-    types = tensor_types(original)
+    """Run each fused site and its original subgraph alone, on random and adversarial rows
+    (`types`: the original's tensor types, when the caller has them)."""
+    types = tensor_types(original) if types is None else types
     checks = []
     for site in sites:
-        feeds = site_feeds(site, types, options.dims, options.seed)
-        output_type = types.get(site.output, (None,))[0]
-        if feeds is None or output_type is None:
+        pair = isolate(site, original, candidate, types, options.dims, options.seed, base_dir)
+        if isinstance(pair, str):
             checks.extend(
-                SiteCheck(site.output, site.kind, p, None, "input or output type unknown")
-                for p in options.providers
-            )
-            continue
-        inputs = {name: (types[name][0], list(value.shape)) for name, value in feeds.items()}
-        before = extract(original, inputs, site.output, output_type, base_dir)
-        after = extract(candidate, inputs, site.output, output_type, base_dir)
-        if before is None or after is None:
-            checks.extend(
-                SiteCheck(site.output, site.kind, p, None, "could not isolate the site")
-                for p in options.providers
+                SiteCheck(site.output, site.kind, p, None, pair) for p in options.providers
             )
             continue
         for provider in options.providers:
-            expected = sessions.create(before, provider).run(None, feeds)[0]
-            actual = sessions.create(after, provider).run(None, feeds)[0]
+            expected = sessions.create(pair.before, provider).run(None, pair.feeds)[0]
+            actual = sessions.create(pair.after, provider).run(None, pair.feeds)[0]
             comparison = compare_output(site.output, expected, actual, options.atol, options.rtol)
             checks.append(SiteCheck(site.output, site.kind, provider, comparison))
     return checks
