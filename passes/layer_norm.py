@@ -155,7 +155,7 @@ def _check(match: Match, context: Context) -> Site:
     rank = len(shape)
     reducers = [match.node("mean"), match.node("variance_reduce")]
     axes = checks.reduction_axes(reducers, rank, context, channel_first=True)
-    if axes == (1 - rank,) and rank == 4:
+    if checks.is_channel_first(axes, rank):
         return _channel_first_site(match, context, io, shape)
     dims = checks.normalised_shape(shape, axes)
     checks.check_divisor(match, context, int(np.prod(dims)))

@@ -111,11 +111,16 @@ def reduction_axes(
     axes = found[0]
     if -rank in axes:
         raise Reject("batch-axis", f"axes {axes} of a rank-{rank} tensor include the first axis")
-    if channel_first and rank == 4 and axes == (1 - rank,):
+    if channel_first and is_channel_first(axes, rank):
         return axes
     if axes != tuple(range(-len(axes), 0)):
         raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
     return axes
+
+
+def is_channel_first(axes: tuple[int, ...], rank: int) -> bool:
+    """Statistics over axis 1 alone of an NCHW tensor (ConvNeXt's channels-first layer norm)."""
+    return rank == 4 and axes == (1 - rank,)
 
 
 def normalised_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:

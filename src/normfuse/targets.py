@@ -11,6 +11,7 @@ ONNX Runtime accepts but `onnx.checker` does not (the report then says the model
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -83,19 +84,31 @@ def default_opset(model: onnx.ModelProto) -> int:
 def layer_norm_emission(model: onnx.ModelProto, target: Target) -> Emission | None:
     """How `LayerNormalization` is emitted for `model` and `target`; None when it cannot be."""
     opset = default_opset(model)
-    if opset >= LAYER_NORM_OPSET:
-        return Emission("LayerNormalization", "", opset, ort_only=False)
-    if target is Target.ONNX:
-        return None
-    if can_raise_opset(model, LAYER_NORM_OPSET):
-        return Emission("LayerNormalization", "", LAYER_NORM_OPSET, ort_only=False)
-    return Emission("LayerNormalization", "", opset, ort_only=True)
+    raisable = (
+        opset < LAYER_NORM_OPSET
+        and target is Target.ORT
+        and can_raise_opset(model, LAYER_NORM_OPSET)
+    )
+    return _layer_norm(opset, target, raisable)
 
 
 def rms_norm_emission(model: onnx.ModelProto, target: Target) -> Emission | None:
     """How RMS normalisation is emitted: ONNX Runtime's `SimplifiedLayerNormalization` (registered
     in the default domain at every opset) for ORT; standard `RMSNormalization` from opset 23."""
-    opset = default_opset(model)
+    return _rms_norm(default_opset(model), target)
+
+
+def _layer_norm(opset: int, target: Target, raisable: bool) -> Emission | None:
+    if opset >= LAYER_NORM_OPSET:
+        return Emission("LayerNormalization", "", opset, ort_only=False)
+    if target is Target.ONNX:
+        return None
+    if raisable:
+        return Emission("LayerNormalization", "", LAYER_NORM_OPSET, ort_only=False)
+    return Emission("LayerNormalization", "", opset, ort_only=True)
+
+
+def _rms_norm(opset: int, target: Target) -> Emission | None:
     if target is Target.ORT:
         return Emission("SimplifiedLayerNormalization", "", opset, ort_only=True)
     if opset >= RMS_NORM_OPSET:
@@ -165,16 +178,8 @@ def import_domain(model: onnx.ModelProto, domain: str, version: int = 1) -> None
 
 
 def function_emissions(function: onnx.FunctionProto, target: Target) -> dict[str, Emission | None]:
-    """Emissions inside a model-local function, at the function's own opset (never raised)."""
+    """Emissions inside a model-local function, at the function's own opset, which is never
+    raised (their `opset` is 0: they ask nothing of the model's opset import)."""
     opset = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), 0)
-    layer_norm = None
-    if opset >= LAYER_NORM_OPSET:
-        layer_norm = Emission("LayerNormalization", "", 0, ort_only=False)
-    elif target is Target.ORT:
-        layer_norm = Emission("LayerNormalization", "", 0, ort_only=True)
-    rms_norm = None
-    if target is Target.ORT:
-        rms_norm = Emission("SimplifiedLayerNormalization", "", 0, ort_only=True)
-    elif opset >= RMS_NORM_OPSET:
-        rms_norm = Emission("RMSNormalization", "", 0, ort_only=False)
-    return {"layer-norm": layer_norm, "rms-norm": rms_norm}
+    found = {"layer-norm": _layer_norm(opset, target, False), "rms-norm": _rms_norm(opset, target)}
+    return {kind: e and dataclasses.replace(e, opset=0) for kind, e in found.items()}
