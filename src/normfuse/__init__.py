@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import model_io, rewrite, targets
+from normfuse import guard, model_io, model_view, rewrite, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError
@@ -24,7 +24,6 @@ from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
 from normfuse.sessions import parse_providers
-from normfuse.shapes import TensorType, function_types, tensor_types
 from normfuse.structure import check_structure
 from normfuse.targets import Target
 from normfuse.validate import ValidationOptions
@@ -78,20 +77,20 @@ def optimize(
     (`report.tuning`). The input is never modified.
     """
     loaded = _load(model, base_dir)
+    view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
         chooser = FormChooser(parse_providers(tune_for)[0])
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
-    types = tensor_types(loaded.model)  # shape inference once, for every rewrite and check below
 
     def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
-        return _optimize(loaded, types, target, passes, excluded, _name(model), chooser)
+        return _optimize(loaded, view, target, passes, excluded, _name(model), chooser)
 
     excluded: dict[str, tuple[str, str]] = {}
     result = rewrite_excluding(excluded)
     if chooser is not None:
         slower = chooser.slower_fusions(
-            loaded.model, result.model, result.report.sites, loaded.base_dir, types
+            view.model, result.model, result.report.sites, loaded.base_dir, view.types
         )
         if slower:
             excluded |= slower
@@ -100,7 +99,7 @@ def optimize(
     if validation is None:
         return result
     checks = validate_module.check_sites(
-        loaded.model, result.model, result.report.sites, validation, loaded.base_dir, types
+        view.model, result.model, result.report.sites, validation, loaded.base_dir, view.types
     )
     failed = sorted(check.output for check in checks if not check.passed)
     if failed:
@@ -119,7 +118,7 @@ _FAILED_DETAIL = "the fused node differed from the subgraph when run alone; left
 
 def _optimize(
     loaded: model_io.LoadedModel,
-    types: dict[str, TensorType],
+    view: model_view.ModelView,
     target: str,
     passes: str | list[str] | None,
     excluded: dict[str, tuple[str, str]],
@@ -134,11 +133,15 @@ def _optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
-    context, function_contexts = _contexts(loaded, types, chosen_target, excluded, chooser)
-    graph = _import_graph(original)
+    context, function_contexts = _contexts(view, chosen_target, excluded, chooser)
+    graph = view.import_graph()
     nodes_before = len(graph.nodes)
-    result = rewrite.run(graph, chosen_passes, context, function_contexts)
-    optimised = _finalise(original, graph, result.sites, chosen_target)
+    if view.unsupported is None:
+        result = rewrite.run(graph, chosen_passes, context, function_contexts)
+    else:
+        refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
+        result = rewrite.RunResult([], [refused])
+    optimised = _finalise(original, view, graph, result.sites, chosen_target)
     report = Report(
         __version__,
         name,
@@ -157,29 +160,29 @@ def _optimize(
 
 
 def _contexts(
-    loaded: model_io.LoadedModel,
-    types: dict[str, TensorType],
+    view: model_view.ModelView,
     target: Target,
     excluded: dict[str, tuple[str, str]],
     chooser: FormChooser | None,
 ) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
     """The context for the main graph, and one per model-local function (its own types and
-    opset)."""
-    original = loaded.model
+    opset). One constant reader serves the whole rewrite (its folds are memoised)."""
+    original = view.model
     context = rewrite.Context(
-        ConstantReader(loaded.base_dir),
-        types,
+        ConstantReader(view.base_dir),
+        view.types,
         target,
         targets.emissions(original, target),
         dict(excluded),
         chooser,
+        view.facts.conflicts,
     )
-    per_function = function_types(original, context.types)
     function_contexts = {
         (function.domain, function.name): dataclasses.replace(
             context,
-            types=per_function[(function.domain, function.name)],
+            types=view.function_types[(function.domain, function.name)],
             emissions=targets.function_emissions(function, target),
+            conflicts=frozenset(),
         )
         for function in original.functions
     }
@@ -187,21 +190,23 @@ def _contexts(
 
 
 def _finalise(
-    original: onnx.ModelProto, graph: gs.Graph, sites: list[rewrite.Site], target: Target
+    original: onnx.ModelProto,
+    view: model_view.ModelView,
+    graph: gs.Graph,
+    sites: list[rewrite.Site],
+    target: Target,
 ) -> onnx.ModelProto:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
-    and domains its new nodes need, checked where the original passes `onnx.checker`."""
+    and domains its new nodes need, proved by the output guard before anyone writes it."""
     if not sites:
         return _copy(original)
-    optimised = _export(original, graph)
+    optimised = _export(original, view, graph)
     opset_needed = max(site.opset for site in sites)
     if opset_needed > targets.default_opset(original):
         targets.set_default_opset(optimised, opset_needed)
     for domain in sorted({site.domain for site in sites} - {"", "ai.onnx"}):
         targets.import_domain(optimised, domain)
-    ort_only = any(site.ort_only for site in sites)
-    if not ort_only and _passes_checker(original, full=False):
-        _check(optimised, full=target is Target.ONNX)
+    guard.check_output(original, optimised, view.base_dir, any(s.ort_only for s in sites), target)
     return optimised
 
 
@@ -249,12 +254,6 @@ def _name(model: ModelLike) -> str | None:
     return None if isinstance(model, onnx.ModelProto) else os.fspath(model)
 
 
-def _import_graph(model: onnx.ModelProto) -> gs.Graph:
-    try:
-        return gs.import_onnx(model)
-    except Exception as error:
-        raise NormfuseError(f"cannot read the model's graph: {error}") from None
-
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
@@ -262,9 +261,11 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def _export(original: onnx.ModelProto, graph: gs.Graph) -> onnx.ModelProto:
-    """The original model with its graph and local functions replaced; model-level fields and
-    graph I/O kept."""
+def _export(
+    original: onnx.ModelProto, view: model_view.ModelView, graph: gs.Graph
+) -> onnx.ModelProto:
+    """The original model with its graph and local functions replaced; model-level fields, graph
+    I/O and overridable initializers (defaults of graph inputs) kept."""
     try:
         exported_model = gs.export_onnx(graph, do_type_check=False)
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
@@ -282,25 +283,11 @@ def _export(original: onnx.ModelProto, graph: gs.Graph) -> onnx.ModelProto:
     for field in ("input", "output", "metadata_props"):
         del getattr(optimised.graph, field)[:]
         getattr(optimised.graph, field).extend(getattr(original.graph, field))
+    present = {tensor.name for tensor in optimised.graph.initializer}
+    optimised.graph.initializer.extend(
+        t for t in view.overridable_initializers() if t.name not in present
+    )
     optimised.graph.name = original.graph.name
     optimised.graph.doc_string = original.graph.doc_string
     return optimised
 
-
-def _passes_checker(model: onnx.ModelProto, full: bool) -> bool:
-    try:
-        onnx.checker.check_model(model, full_check=full)
-    except onnx.checker.ValidationError:
-        return False
-    return True
-
-
-def _check(model: onnx.ModelProto, full: bool) -> None:
-    """Refuse to return a rewritten model that fails onnx.checker where its input passed it.
-
-    ORT-only output is not checked here: it fails the schema check by construction.
-    """
-    try:
-        onnx.checker.check_model(model, full_check=full)
-    except onnx.checker.ValidationError as error:
-        raise NormfuseError(f"the rewritten model fails onnx.checker: {error}") from None

@@ -16,22 +16,76 @@ from onnx.external_data_helper import load_external_data_for_tensor, uses_extern
 
 DEFAULT_MAX_ELEMENTS = 1 << 20
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
-_FOLDABLE_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+_ARITHMETIC = ("Add", "Sub", "Mul", "Div")
+# Element types the folder computes with exactly as ONNX does (IEEE floats; integers checked for
+# overflow). Everything else (float8 with `saturate`, bfloat16, bool, strings) is not folded.
+_FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+_INT_DTYPES = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+_FOLDABLE_TYPES = {
+    onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) for dtype in _FLOAT_DTYPES + _INT_DTYPES
+}
 
 
 class ConstantReader:
-    """Reads constant tensor values; `base_dir` resolves external-data locations."""
+    """Reads constant tensor values; `base_dir` resolves external-data locations.
+
+    A tensor is a constant only if it is an initializer that no caller can override (those are
+    imported as graph inputs, not as constants), a `Constant` node without attribute references,
+    or an exact fold of constants. Results are memoised per tensor, so repeated questions about
+    a deep graph cost once (one reader serves one rewrite).
+    """
 
     def __init__(self, base_dir: Path | None, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
         self.base_dir = base_dir
         self.max_elements = max_elements
+        self._values: dict[int, tuple[gs.Tensor, np.ndarray | None]] = {}
+        self._constant: dict[int, tuple[gs.Tensor, bool]] = {}
 
     def value(self, tensor: gs.Tensor) -> np.ndarray | None:
         """The value of `tensor` if it is a (small enough) constant, else None.
 
         `Identity`, `Cast` and `Add`/`Sub`/`Mul`/`Div` of constants are folded (exporters
-        deduplicate equal initializers through `Identity`; Gemma's scale is `1 + w`).
+        deduplicate equal initializers through `Identity`; Gemma's scale is `1 + w`), each with
+        ONNX's semantics or not at all.
         """
+        tensor = _through_identities(tensor)
+        cached = self._values.get(id(tensor))
+        if cached is not None and cached[0] is tensor:
+            return cached[1]
+        try:
+            result = self._compute(tensor)
+        except RecursionError:  # a constant expression deeper than Python's stack: not folded
+            result = None
+        self._values[id(tensor)] = (tensor, result)
+        return result
+
+    def is_constant(self, tensor: gs.Tensor) -> bool:
+        """True for initializers, `Constant` nodes without attribute references, and the
+        foldable ops applied to them."""
+        tensor = _through_identities(tensor)
+        cached = self._constant.get(id(tensor))
+        if cached is not None and cached[0] is tensor:
+            return cached[1]
+        try:
+            result = self._structurally_constant(tensor)
+        except RecursionError:
+            result = False
+        self._constant[id(tensor)] = (tensor, result)
+        return result
+
+    def _structurally_constant(self, tensor: gs.Tensor) -> bool:
+        if isinstance(tensor, gs.Constant):
+            return True
+        node = _producer(tensor)
+        if node is None:
+            return False
+        if node.op == "Constant":
+            return not any(isinstance(v, gs.Node.AttributeRef) for v in node.attrs.values())
+        if node.op in ("Cast", *_ARITHMETIC):
+            return all(self.is_constant(tensor) for tensor in node.inputs)
+        return False
+
+    def _compute(self, tensor: gs.Tensor) -> np.ndarray | None:
         if isinstance(tensor, gs.Constant):
             return self._from_constant(tensor)
         node = _producer(tensor)
@@ -39,40 +93,54 @@ class ConstantReader:
             return None
         if node.op == "Constant":
             return self._from_constant_node(node)
-        if node.op == "Identity":
-            return self.value(node.inputs[0])
-        if node.op in _FOLDABLE_BINARY:
-            return self._fold_binary(node)
-        if node.op == "Cast":
-            value = self.value(node.inputs[0])
-            try:
-                to = onnx.helper.tensor_dtype_to_np_dtype(node.attrs.get("to"))
-            except (KeyError, TypeError, ValueError):
-                return None
-            return None if value is None else value.astype(to)
+        if node.op in _ARITHMETIC and len(node.inputs) == 2:
+            return self._fold_arithmetic(node)
+        if node.op == "Cast" and len(node.inputs) == 1:
+            return self._fold_cast(node)
         return None
 
-    @staticmethod
-    def is_constant(tensor: gs.Tensor) -> bool:
-        """True for initializers, `Constant` node outputs, and the foldable ops applied to them."""
-        if isinstance(tensor, gs.Constant):
-            return True
-        node = _producer(tensor)
-        if node is None:
-            return False
-        if node.op in ("Cast", "Identity", *_FOLDABLE_BINARY):
-            return all(ConstantReader.is_constant(tensor) for tensor in node.inputs)
-        return node.op == "Constant"
+    def _fold_cast(self, node: gs.Node) -> np.ndarray | None:
+        """A Cast between float types, int to float, or int to int without overflow (float to
+        int truncation and out-of-range values are left to the runtime)."""
+        to = node.attrs.get("to")
+        value = self.value(node.inputs[0])
+        if value is None or not isinstance(to, int) or to not in _FOLDABLE_TYPES:
+            return None
+        target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
+        if np.issubdtype(target, np.integer) and (
+            not np.issubdtype(value.dtype, np.integer) or not _fits(value, target)
+        ):
+            return None
+        with np.errstate(all="ignore"):
+            return value.astype(target)
 
-    def _fold_binary(self, node: gs.Node) -> np.ndarray | None:
-        """Add/Sub/Mul/Div of two constants (Gemma writes its scale as `1 + w`)."""
+    def _fold_arithmetic(self, node: gs.Node) -> np.ndarray | None:
+        """Add/Sub/Mul/Div of two constants of one type: IEEE arithmetic for floats (inf and NaN
+        as ONNX Runtime computes them); integers exactly, declined on overflow or division by
+        zero, division truncating toward zero."""
         left, right = (self.value(tensor) for tensor in node.inputs)
         if left is None or right is None or left.dtype != right.dtype:
             return None
-        if node.op == "Div" and not np.issubdtype(left.dtype, np.floating):
+        try:
+            shape = np.broadcast_shapes(left.shape, right.shape)
+        except ValueError:
             return None
-        result = _FOLDABLE_BINARY[node.op](left, right)
-        return None if result.size > self.max_elements else result.astype(left.dtype)
+        if int(np.prod(shape, dtype=np.int64)) > self.max_elements:
+            return None
+        if left.dtype.type in _FLOAT_DTYPES:
+            with np.errstate(all="ignore"):
+                return _FLOAT_OPS[node.op](left, right).astype(left.dtype)
+        if left.dtype.type not in _INT_DTYPES:
+            return None
+        a, b = np.broadcast_arrays(left.astype(object), right.astype(object))
+        if node.op == "Div":
+            if np.any(b == 0):
+                return None
+            exact = [_truncating_div(x, y) for x, y in zip(a.flat, b.flat, strict=True)]
+            result = np.array(exact, dtype=object).reshape(shape)
+        else:
+            result = _FLOAT_OPS[node.op](a, b)
+        return result.astype(left.dtype) if _fits(result, left.dtype) else None
 
     def _from_constant(self, constant: gs.Constant) -> np.ndarray | None:
         if int(np.prod(constant.shape, dtype=np.int64)) > self.max_elements:
@@ -88,7 +156,10 @@ class ConstantReader:
                 return None
             copy = onnx.TensorProto()
             copy.CopyFrom(proto)
-            load_external_data_for_tensor(copy, str(self.base_dir))
+            try:
+                load_external_data_for_tensor(copy, str(self.base_dir))
+            except (OSError, ValueError):
+                return None
             del copy.external_data[:]
             copy.data_location = onnx.TensorProto.DEFAULT
             return _to_array(copy)
@@ -96,6 +167,8 @@ class ConstantReader:
 
     def _from_constant_node(self, node: gs.Node) -> np.ndarray | None:
         attrs = node.attrs
+        if len(attrs) != 1 or any(isinstance(v, gs.Node.AttributeRef) for v in attrs.values()):
+            return None
         if "value" in attrs and isinstance(attrs["value"], gs.Constant):
             return self._from_constant(attrs["value"])
         if "value_float" in attrs:
@@ -109,11 +182,35 @@ class ConstantReader:
         return None
 
     def scalar(self, tensor: gs.Tensor) -> float | None:
-        """The value of a one-element constant as a Python float, else None."""
+        """The value of a one-element numeric constant as a Python float, else None."""
         value = self.value(tensor)
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
             return None
         return float(value.reshape(()))
+
+
+_FLOAT_OPS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+def _fits(values: np.ndarray, dtype: np.dtype) -> bool:
+    info = np.iinfo(dtype)
+    return all(info.min <= int(v) <= info.max for v in np.asarray(values).flat)
+
+
+def _truncating_div(a: int, b: int) -> int:
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _through_identities(tensor: gs.Tensor) -> gs.Tensor:
+    """The tensor an `Identity` chain forwards (iteratively: chains can be long)."""
+    seen = 0
+    while seen < 1_000_000:
+        node = _producer(tensor)
+        if node is None or node.op != "Identity" or len(node.inputs) != 1:
+            return tensor
+        tensor, seen = node.inputs[0], seen + 1
+    return tensor
 
 
 def _to_array(proto: onnx.TensorProto) -> np.ndarray | None:
@@ -137,6 +234,8 @@ def reduce_axes(node: gs.Node, rank: int | None, reader: ConstantReader) -> tupl
     Axes come from the `axes` attribute (ReduceMean before opset 18) or the second input (opset 18,
     and ReduceSum from 13). No axes means all axes, unless `noop_with_empty_axes` is set.
     """
+    if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
+        return None
     if "axes" in node.attrs:
         axes = list(node.attrs["axes"])
     elif len(node.inputs) > 1 and node.inputs[1].name:

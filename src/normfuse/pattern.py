@@ -6,8 +6,9 @@ A pattern describes how a tensor is computed, written as nested calls that read 
     normed = Op("Div", centered, Op("Sqrt", Op("Add", variance, Const("epsilon"))))
 
 Semantics:
-- `Var(name)` matches any tensor and binds it; `Const(name)` matches a constant (initializer,
-  `Constant` node, or a `Cast` of one), optionally of a given one-element value.
+- `Var(name)` matches any tensor and binds it; `Const(name)` matches a constant (initializer that
+  no caller can override, `Constant` node, or an exact fold of them), optionally of a given
+  one-element value, which it must equal exactly in its own type (a float64 2.0000001 is not 2).
 - `Op(op, *inputs)` matches the first output of a default-domain node of that type whose leading
   inputs match `inputs` (`Add` and `Mul` in either operand order). `extra_inputs=True` lets the
   node have further inputs (a `ReduceMean` axes input, read later by the check).
@@ -27,6 +28,12 @@ import onnx_graphsurgeon as gs
 from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
 
 COMMUTATIVE_OPS = frozenset({"Add", "Mul"})
+# Ops whose two identical-looking nodes may compute different values (random draws), or whose
+# sameness is a matter of value, not structure (Constant).
+_NOT_REPEATABLE = frozenset(
+    {"Constant", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+     "Multinomial", "Bernoulli", "Dropout"}
+)
 
 
 @dataclass(frozen=True)
@@ -139,10 +146,8 @@ def _match_const(
     if pattern.value is None:
         if not reader.is_constant(tensor):
             return
-    else:
-        value = reader.scalar(tensor)
-        if value is None or not np.isclose(value, pattern.value, rtol=0, atol=1e-7):
-            return
+    elif reader.scalar(tensor) != pattern.value:  # exactly, in the constant's own type
+        return
     bound = state.bind(pattern.name, tensor)
     if bound is not None:
         yield bound
@@ -194,7 +199,9 @@ def equivalent(a: gs.Tensor, b: gs.Tensor, depth: int = 16) -> bool:
     node_a, node_b = producer(a), producer(b)
     if depth == 0 or node_a is None or node_b is None or node_a is node_b:
         return False
-    if node_a.op == "Constant" or node_a.op != node_b.op or node_a.domain != node_b.domain:
+    if node_a.op in _NOT_REPEATABLE or node_a.op != node_b.op or node_a.domain != node_b.domain:
+        return False
+    if node_a.domain not in DEFAULT_DOMAINS:  # a custom op may not be a function of its inputs
         return False
     if len(node_a.inputs) != len(node_b.inputs) or len(node_a.outputs) != 1:
         return False

@@ -10,7 +10,7 @@ cleans up and sorts the graph once. Passes run in order until none fuses anythin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from normfuse.forms import FormChooser
 
 INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
+ATTRIBUTE_REFERENCE = "attribute-reference"
+SHAPE_CONFLICT = "shape-conflict"
 MAX_ROUNDS = 8
 
 
@@ -72,6 +74,8 @@ class Site:
     ort_only: bool = False
     # Identities of the matched nodes (names may be empty or repeated): for overlap decisions.
     node_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
+    # The matched output tensor itself (set by the driver): rewired by identity, never by name.
+    root: gs.Tensor | None = field(default=None, repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""
@@ -122,6 +126,8 @@ class Context:
     excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
     form_chooser: FormChooser | None = None
+    # Tensors whose declared type contradicts the derived one: sites touching them are left.
+    conflicts: frozenset[str] = frozenset()
 
     def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
         """The shape of `tensor` (ints for static dims) when known."""
@@ -181,6 +187,7 @@ def run(
                 (scope, function_context)
                 for scope in [function, *function.subgraphs(recursive=True)]
             ]
+    names = _NameRegistry([scope for scope, _ in scopes])
     result = RunResult()
     for _ in range(MAX_ROUNDS):
         fused_this_round = 0
@@ -188,7 +195,7 @@ def run(
         for fusion_pass in passes:
             for scope, scope_context in scopes:
                 sites, misses = find_sites(scope, fusion_pass, scope_context)
-                apply_sites(scope, sites)
+                apply_sites(scope, sites, names)
                 result.sites.extend(sites)
                 near_misses.extend(misses)
                 fused_this_round += len(sites)
@@ -230,12 +237,15 @@ def _decide(
     first_miss = None
     for found in group:
         try:
+            _check_scope_facts(found, context)
             outcome = fusion_pass.check(found, context)
         except Reject as reject:
             label = node_label(fusion_pass.site_key(found))
             outcome = NearMiss(fusion_pass.kind, label, reject.reason, reject.detail)
         if isinstance(outcome, Site):
             outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
+        if isinstance(outcome, Site):
+            outcome = replace(outcome, root=found.root)
         if isinstance(outcome, Site) and outcome.output in context.excluded:
             return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
         if outcome is None or isinstance(outcome, Site):
@@ -244,6 +254,27 @@ def _decide(
         if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:
             break
     return first_miss
+
+
+def _check_scope_facts(found: Match, context: Context) -> None:
+    """Facts every check relies on: matched nodes hold attribute values, not references to a
+    function's attributes (resolved only per call); no touched tensor carries a declared type
+    that inference contradicts."""
+    for node in found.nodes:
+        refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
+        if refs:
+            raise Reject(
+                ATTRIBUTE_REFERENCE,
+                f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
+                "attributes; not resolved inside a shared function body",
+            )
+    touched = {t.name for node in found.nodes for t in [*node.inputs, *node.outputs]}
+    conflicted = sorted(touched & context.conflicts)
+    if conflicted:
+        raise Reject(
+            SHAPE_CONFLICT,
+            f"the declared type of {conflicted[0]!r} contradicts the type inference derives",
+        )
 
 
 def _escaping_intermediate(
@@ -282,11 +313,12 @@ def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
     return [tensor for node in graph.nodes for tensor in node.outputs]
 
 
-def apply_sites(graph: gs.Graph, sites: list[Site]) -> None:
-    """Replace each site's subgraph by its fused node, keep output names, clean up, sort."""
+def apply_sites(graph: gs.Graph, sites: list[Site], names: _NameRegistry | None = None) -> None:
+    """Replace each site's subgraph by its fused node, keep output names, clean up, sort. New
+    names are unique across every scope in `names` (default: this graph alone)."""
     if not sites:
         return
-    emitter = _Emitter(graph)
+    emitter = _Emitter(graph, names or _NameRegistry([graph]))
     for site in sites:
         _apply_site(emitter, site)
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
@@ -297,7 +329,7 @@ def _apply_site(emitter: _Emitter, site: Site) -> None:
     fused = site.fused
     name = emitter.node_name(f"{site.output}/{site.op}")
     inputs = _fused_inputs(fused, name, emitter)
-    output = emitter.tensors[site.output]
+    output = site.root
     output.inputs.clear()
     if fused.output_cast is not None:
         output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
@@ -318,26 +350,38 @@ def _apply_site(emitter: _Emitter, site: Site) -> None:
     )
 
 
+class _NameRegistry:
+    """Every tensor and node name in a set of scopes, so that a name made in one scope never
+    shadows or is shadowed by another scope's."""
+
+    def __init__(self, scopes: Sequence[gs.Graph]) -> None:
+        self.tensors: set[str] = set()
+        self.nodes: set[str] = set()
+        for scope in scopes:
+            for node in scope.nodes:
+                self.nodes.add(node.name)
+                self.tensors.update(t.name for t in [*node.inputs, *node.outputs])
+            self.tensors.update(t.name for t in [*scope.inputs, *scope.outputs])
+
+
 class _Emitter:
     """Adds nodes and tensors to one graph under unique, deterministic names."""
 
-    def __init__(self, graph: gs.Graph) -> None:
+    def __init__(self, graph: gs.Graph, names: _NameRegistry) -> None:
         self.graph = graph
-        self.tensors = graph.tensors()
-        self.node_names = {node.name for node in graph.nodes}
+        self.names = names
 
     def node_name(self, stem: str) -> str:
-        """A node name not yet used in the graph, reserved."""
-        name = _unique(stem, self.node_names)
-        self.node_names.add(name)
+        """A node name not yet used in any scope, reserved."""
+        name = _unique(stem, self.names.nodes)
+        self.names.nodes.add(name)
         return name
 
     def tensor(self, stem: str, value: np.ndarray | None = None) -> gs.Tensor:
-        """A new variable (or, with `value`, constant) under an unused name."""
-        name = _unique(stem, self.tensors.keys())
-        made = gs.Variable(name) if value is None else gs.Constant(name, value)
-        self.tensors[name] = made
-        return made
+        """A new variable (or, with `value`, constant) under a name no scope uses."""
+        name = _unique(stem, self.names.tensors)
+        self.names.tensors.add(name)
+        return gs.Variable(name) if value is None else gs.Constant(name, value)
 
     def feeding(self, output: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
         """Add `op` producing `output` from a new tensor; return that tensor."""

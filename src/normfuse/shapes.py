@@ -2,24 +2,86 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import onnx
+
+from normfuse.scopes import all_graphs
 
 TensorType = tuple[int, tuple[int | str | None, ...] | None]
 
 
-def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
-    """Map tensor names to (element type, shape) for every tensor whose type can be inferred.
+@dataclass(frozen=True)
+class TypeFacts:
+    """Derived types by name, and the names whose declared type contradicts the derived one."""
 
-    Shape inference runs on a copy (the model is not changed); where it fails (custom operators,
-    inconsistent shapes), the types the model declares are used alone.
+    types: dict[str, TensorType]
+    conflicts: frozenset[str]
+
+
+def derive_types(model: onnx.ModelProto) -> TypeFacts:
+    """Types that shape inference derives, and the declarations that contradict them.
+
+    `value_info` and declared output shapes are claims a model may carry stale while it still
+    runs, so inference runs on a copy without them (graph inputs and initializers, which ONNX
+    Runtime does enforce, are kept; Reshape targets computed from `Shape` are propagated). A
+    claim is used only through inference; where it disagrees with what inference derives, its
+    name is a conflict.
     """
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except Exception:
-        inferred = model
+    stripped = _without_claims(model)
+    inferred = _inferred(stripped)
     types: dict[str, TensorType] = {}
     _collect(inferred.graph, types)
-    return types
+    declared: dict[str, TensorType] = {}
+    _collect(model.graph, declared)
+    conflicts = frozenset(
+        name
+        for name, claim in declared.items()
+        if name in types and _contradicts(claim, types[name])
+    )
+    return TypeFacts(types, conflicts)
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """Map tensor names to derived (element type, shape) (see `derive_types`)."""
+    return derive_types(model).types
+
+
+def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for graph in all_graphs(copy.graph):
+        del graph.value_info[:]
+        for info in graph.output:
+            if info.type.HasField("tensor_type"):
+                info.type.tensor_type.ClearField("shape")
+    return copy
+
+
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
+    for data_prop in (True, False):
+        try:
+            return onnx.shape_inference.infer_shapes(
+                model, check_type=False, strict_mode=False, data_prop=data_prop
+            )
+        except Exception:  # inference gave up on this model: try without data propagation
+            continue
+    return model
+
+
+def _contradicts(claim: TensorType, derived: TensorType) -> bool:
+    """True when a declared type cannot describe the derived one (element type, rank, or a static
+    dim that differs)."""
+    if claim[0] and derived[0] and claim[0] != derived[0]:
+        return True
+    if claim[1] is None or derived[1] is None:
+        return False
+    if len(claim[1]) != len(derived[1]):
+        return True
+    return any(
+        isinstance(a, int) and isinstance(b, int) and a != b
+        for a, b in zip(claim[1], derived[1], strict=True)
+    )
 
 
 def _collect(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:

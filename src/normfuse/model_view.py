@@ -1,0 +1,77 @@
+"""One view of a model, built once per `optimize` call, that every rewrite and check asks.
+
+It owns the facts a fusion relies on, each read the way ONNX Runtime will execute the model:
+names are unique across scopes (so a fact keyed by name is a fact of one tensor), types are the
+ones shape inference derives (declared ones only where inference agrees), and initializers that a
+caller may override are graph inputs, never constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from normfuse.errors import NormfuseError
+from normfuse.scopes import body_overridable, overridable, unique_names
+from normfuse.shapes import TensorType, TypeFacts, derive_types, function_types
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """A model with names unique across scopes, and the facts derived from it."""
+
+    model: onnx.ModelProto
+    base_dir: Path | None
+    facts: TypeFacts
+    function_types: dict[tuple[str, str], dict[str, TensorType]]
+    overridable: frozenset[str]
+    # Why no scope may be rewritten (a construct whose run-time binding is unclear); None: fine.
+    unsupported: str | None = None
+
+    @property
+    def types(self) -> dict[str, TensorType]:
+        """Derived types by (unique) name, main graph and nested bodies."""
+        return self.facts.types
+
+    def import_graph(self) -> gs.Graph:
+        """The model as an onnx-graphsurgeon graph in which overridable initializers are graph
+        inputs (variables), so that no matcher can read them as constants."""
+        try:
+            graph = gs.import_onnx(self.model)
+        except Exception as error:
+            raise NormfuseError(f"cannot read the model's graph: {error}") from None
+        tensors = graph.tensors()
+        for info in self.model.graph.input:
+            tensor = tensors.get(info.name)
+            if info.name in self.overridable and isinstance(tensor, gs.Constant):
+                tensor.to_variable(dtype=tensor.dtype, shape=list(tensor.shape))
+        inputs = self.model.graph.input
+        graph.inputs = [tensors[info.name] for info in inputs if info.name in tensors]
+        return graph
+
+    def overridable_initializers(self) -> list[onnx.TensorProto]:
+        """The initializers that are also graph inputs, as the model has them (their defaults)."""
+        return [t for t in self.model.graph.initializer if t.name in self.overridable]
+
+
+def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
+    """The view of `model` (not changed; a renamed copy is made only where bodies shadow)."""
+    unique = unique_names(model)
+    facts = derive_types(unique)
+    nested = body_overridable(unique)
+    unsupported = None
+    if nested:
+        unsupported = (
+            f"a nested body lists its initializer {sorted(nested)[0]!r} as a body input too"
+        )
+    return ModelView(
+        unique,
+        base_dir,
+        facts,
+        function_types(unique, facts.types),
+        frozenset(overridable(unique.graph)),
+        unsupported,
+    )
