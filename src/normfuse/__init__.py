@@ -141,7 +141,7 @@ def _optimize(
     else:
         refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
         result = rewrite.RunResult([], [refused])
-    optimised = _finalise(original, view, graph, result.sites, chosen_target)
+    optimised = _finalise(original, view, graph, result.sites)
     report = Report(
         __version__,
         name,
@@ -194,7 +194,6 @@ def _finalise(
     view: model_view.ModelView,
     graph: gs.Graph,
     sites: list[rewrite.Site],
-    target: Target,
 ) -> onnx.ModelProto:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
     and domains its new nodes need, proved by the output guard before anyone writes it."""
@@ -206,7 +205,7 @@ def _finalise(
         targets.set_default_opset(optimised, opset_needed)
     for domain in sorted({site.domain for site in sites} - {"", "ai.onnx"}):
         targets.import_domain(optimised, domain)
-    guard.check_output(original, optimised, view.base_dir, any(s.ort_only for s in sites), target)
+    guard.check_output(original, optimised, any(site.ort_only for site in sites))
     return optimised
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import onnx
 
 from normfuse.scopes import all_graphs
+from normfuse.skeleton import skeleton
 
 TensorType = tuple[int, tuple[int | str | None, ...] | None]
 
@@ -48,8 +49,7 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
 
 
 def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    copy = skeleton(model)
     for graph in all_graphs(copy.graph):
         del graph.value_info[:]
         for info in graph.output:
