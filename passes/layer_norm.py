@@ -101,19 +101,26 @@ def _affine(normed: Op | AnyOf) -> tuple[Op, ...]:
 
 
 # tf2onnx / Keras: x * (scale * rsqrt(variance + epsilon)) + (bias - mean * scale * rsqrt(...)).
+# The gain appears twice; both occurrences must be one tensor (the name binds it), so each gain
+# spelling is its own pattern: one side with the scale and the other without is not a layer norm.
 _inv_std = AnyOf(
     Op("Reciprocal", _std, name="inv_std"),
     Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
     Op("Div", Const("one", 1.0), _std, name="inv_std"),
 )
-_gain = AnyOf(Op("Mul", _inv_std, Const("scale"), name="gain"), _inv_std)
-_x_gained = Op("Mul", _x, _gain)
-_mean_gained = Op("Mul", _mean, _gain)
-_KERAS = (
-    Op("Add", _x_gained, Op("Sub", Const("bias"), _mean_gained), name="y"),
-    Op("Add", _x_gained, Op("Neg", _mean_gained), name="y"),
-    Op("Sub", _x_gained, _mean_gained, name="y"),
-)
+
+
+def _keras(gain: Op | AnyOf) -> tuple[Op, ...]:
+    x_gained = Op("Mul", _x, gain)
+    mean_gained = Op("Mul", _mean, gain)
+    return (
+        Op("Add", x_gained, Op("Sub", Const("bias"), mean_gained), name="y"),
+        Op("Add", x_gained, Op("Neg", mean_gained), name="y"),
+        Op("Sub", x_gained, mean_gained, name="y"),
+    )
+
+
+_KERAS = (*_keras(Op("Mul", _inv_std, Const("scale"), name="gain")), *_keras(_inv_std))
 
 PATTERNS = (
     *_affine(AnyOf(_downcast(_normed), _normed)),

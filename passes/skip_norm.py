@@ -14,6 +14,7 @@ were measured slower than `Add` + norm (see README), so the form is either asked
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
@@ -83,6 +84,9 @@ def _check(match: Match, context: Context) -> Site:
             raise checks.Reject(
                 "bias-shape", "the bias before the residual Add is not one per feature"
             )
+    for name in ("scale", "bias"):
+        if name in match:
+            _per_feature(match, name, context, shape[-1])
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
@@ -97,15 +101,28 @@ def _check(match: Match, context: Context) -> Site:
     return _site(match, norm, context)
 
 
+def _per_feature(match: Match, name: str, context: Context, hidden: int) -> np.ndarray:
+    """The kernel's contract: gamma and beta are 1-D, one value per feature. A constant shaped
+    [1, ..., 1, hidden] is that vector; anything else (a value, other shapes) stays."""
+    value = context.reader.value(match[name])
+    if value is None or value.size != hidden or any(dim != 1 for dim in value.shape[:-1]):
+        shape = None if value is None else value.shape
+        reason = "gamma-shape" if name == "scale" else "beta-shape"
+        raise checks.Reject(reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}]")
+    return value.reshape(-1)
+
+
 def _site(match: Match, norm: gs.Node, context: Context) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
-    beta = [match["bias"]] if "bias" in match else []
+    hidden = context.shape(match["input"])[-1]
+    gamma = _per_feature(match, "scale", context, hidden).astype(dtype)
+    beta = [_per_feature(match, "bias", context, hidden).astype(dtype)] if "bias" in match else []
     if "skip_bias" in match:
         folded = context.reader.value(match["skip_bias"]).reshape(-1).astype(dtype)
         beta = beta or ([None] if norm.op == "LayerNormalization" else [])
-        params = [match["scale"], *beta, folded]
+        params = [gamma, *beta, folded]
     else:
-        params = [match["scale"], *beta]
+        params = [gamma, *beta]
     inputs = (match["input"], match["skip"], *params)
     extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream
     epsilon = float(norm.attrs.get("epsilon", 1e-5))

@@ -47,7 +47,8 @@ class ModelView:
         for info in self.model.graph.input:
             tensor = tensors.get(info.name)
             if info.name in self.overridable and isinstance(tensor, gs.Constant):
-                tensor.to_variable(dtype=tensor.dtype, shape=list(tensor.shape))
+                tensor.to_variable(shape=list(tensor.shape))
+                tensor.type = "tensor_type"  # what gs sets on variables it imports itself
         inputs = self.model.graph.input
         graph.inputs = [tensors[info.name] for info in inputs if info.name in tensors]
         return graph

@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes
 from normfuse.pattern import Match
-from normfuse.rewrite import Context, FusedNode, Reject, Site
+from normfuse.rewrite import Context, FusedNode, Reject, Site, check_attribute_values
 
 FLOAT_TYPES = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -98,6 +98,7 @@ def reduction_axes(
     """The axes all `nodes` reduce (as negative indices): the same trailing axes, never axis 0;
     with `channel_first`, axis 1 alone of a rank-4 (NCHW) tensor is accepted too."""
     for node in nodes:
+        check_attribute_values(node)
         if not node.attrs.get("keepdims", 1):
             raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
     found = [reduce_axes(node, rank, context.reader) for node in nodes]

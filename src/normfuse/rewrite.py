@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
 ATTRIBUTE_REFERENCE = "attribute-reference"
 SHAPE_CONFLICT = "shape-conflict"
+CHECK_FAILED = "check-failed"
 MAX_ROUNDS = 8
 
 
@@ -237,11 +238,16 @@ def _decide(
     first_miss = None
     for found in group:
         try:
-            _check_scope_facts(found, context)
             outcome = fusion_pass.check(found, context)
+            if isinstance(outcome, Site):
+                _check_scope_facts(found, context)
         except Reject as reject:
             label = node_label(fusion_pass.site_key(found))
             outcome = NearMiss(fusion_pass.kind, label, reject.reason, reject.detail)
+        except Exception as error:  # a check that trips over an odd graph never fuses it
+            label = node_label(fusion_pass.site_key(found))
+            detail = f"the check could not decide: {type(error).__name__}: {error}"
+            outcome = NearMiss(fusion_pass.kind, label, CHECK_FAILED, detail)
         if isinstance(outcome, Site):
             outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
         if isinstance(outcome, Site):
@@ -256,18 +262,24 @@ def _decide(
     return first_miss
 
 
+def check_attribute_values(node: gs.Node) -> None:
+    """Raise `Reject` where `node` takes an attribute from a calling node (`@name` inside a
+    model-local function): its value differs per call site."""
+    refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
+    if refs:
+        raise Reject(
+            ATTRIBUTE_REFERENCE,
+            f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
+            "attributes; not resolved inside a shared function body",
+        )
+
+
 def _check_scope_facts(found: Match, context: Context) -> None:
     """Facts every check relies on: matched nodes hold attribute values, not references to a
     function's attributes (resolved only per call); no touched tensor carries a declared type
     that inference contradicts."""
     for node in found.nodes:
-        refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
-        if refs:
-            raise Reject(
-                ATTRIBUTE_REFERENCE,
-                f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
-                "attributes; not resolved inside a shared function body",
-            )
+        check_attribute_values(node)
     touched = {t.name for node in found.nodes for t in [*node.inputs, *node.outputs]}
     conflicted = sorted(touched & context.conflicts)
     if conflicted:

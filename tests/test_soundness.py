@@ -1,0 +1,307 @@
+"""Soundness of the one model view: facts of one scope, true constants, derived shapes.
+
+Each case is a valid model (it passes onnx.checker and runs in ONNX Runtime) on which a rewrite
+that reads facts by name, trusts declared shapes or bakes in overridable values would change what
+the model computes. Every case is run through `optimize` in every configuration, and the output
+must have the original's signature, run with exactly the original's feeds (overrides included),
+and match the original on adversarial rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import session
+from onnx import helper
+from onnx import numpy_helper as nh
+
+import normfuse
+
+CONFIGS = {
+    "default": {},
+    "onnx": {"target": "onnx"},
+    "skip": {"passes": "layer-norm,rms-norm,skip-norm"},
+}
+
+
+def adversarial_rows(shape: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
+    """Random rows, then large, tiny, constant, all-negative and outlier rows."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(1.0, 2.0, shape).astype(np.float32)
+    outlier = base.copy()
+    outlier.reshape(-1)[0] = 1e4
+    return [
+        base,
+        base * 1e4,
+        base * 1e-4,
+        np.full(shape, 0.5, np.float32),
+        -np.abs(base) - 1,
+        outlier,
+    ]
+
+
+def assert_sound(
+    model: onnx.ModelProto, feeds_list: list[dict[str, np.ndarray]], config: dict
+) -> normfuse.Report:
+    """Optimise `model` with `config`; the result must stand in for the original exactly."""
+    onnx.checker.check_model(model)
+    result = normfuse.optimize(model, **config)
+    fused = result.model
+    for field in ("input", "output"):
+        before = [i.SerializeToString() for i in getattr(model.graph, field)]
+        after = [i.SerializeToString() for i in getattr(fused.graph, field)]
+        assert before == after, f"graph {field}s changed"
+    expected_session, actual_session = session(model), session(fused)
+    for feeds in feeds_list:
+        expected = expected_session.run(None, feeds)
+        actual = actual_session.run(None, feeds)
+        for e, a in zip(expected, actual, strict=True):
+            np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()))
+    return result.report
+
+
+def layer_norm_text(
+    inputs: str = "",
+    initializers: str = "",
+    eps: str = "eps",
+    two: str = "two",
+    gamma: str = "gamma",
+    declared: str = "",
+) -> str:
+    """A decomposed layer norm over the last axis of x [2, 3, 8], in ONNX's text format."""
+    graph_inputs = ", ".join(filter(None, ["float[2,3,8] x", inputs]))
+    inits = ", ".join(
+        filter(
+            None,
+            [
+                "float eps = {1e-5}",
+                "float two = {2.0}",
+                "float[8] gamma = {1.5, -2, 0.5, 1, 3, -1, 0.25, 2}",
+                "float[8] beta = {0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 0.7, 0.8}",
+                initializers,
+            ],
+        )
+    )
+    return f"""
+    <ir_version: 8, opset_import: ["": 17]>
+    ln ({graph_inputs}) => (float[2,3,8] y) <{inits}> {declared}
+    {{
+      mean = ReduceMean <axes = [-1]> (x)
+      d = Sub (x, mean)
+      sq = Pow (d, {two})
+      var = ReduceMean <axes = [-1]> (sq)
+      ve = Add (var, {eps})
+      std = Sqrt (ve)
+      n = Div (d, std)
+      s = Mul (n, {gamma})
+      y = Add (s, beta)
+    }}
+    """
+
+
+def feeds_for(extra: dict[str, np.ndarray] | None = None) -> list[dict[str, np.ndarray]]:
+    return [{"x": rows, **(extra or {})} for rows in adversarial_rows((2, 3, 8))]
+
+
+def layer_norms(model: onnx.ModelProto) -> int:
+    return sum(node.op_type == "LayerNormalization" for node in model.graph.node)
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_plain_layer_norm_fuses(config):
+    model = onnx.parser.parse_model(layer_norm_text())
+    report = assert_sound(model, feeds_for(), config)
+    assert [site.kind for site in report.sites] == ["layer-norm"]
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize(
+    ("name", "declaration", "override"),
+    [
+        ("eps", "float eps", np.array(1.0, np.float32)),
+        ("two", "float two", np.array(3.0, np.float32)),
+    ],
+)
+def test_overridable_statistic_constant_is_not_baked_in(config, name, declaration, override):
+    """An epsilon or exponent that is also a graph input may be fed: nothing may be fused
+    that would ignore the fed value, and the output must still run with or without it."""
+    model = onnx.parser.parse_model(layer_norm_text(inputs=declaration))
+    report = assert_sound(model, feeds_for() + feeds_for({name: override}), config)
+    assert not report.sites
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_overridable_gamma_is_kept_as_an_input(config):
+    """Gamma that is also a graph input: the statistics may fuse, the fed gamma must count."""
+    model = onnx.parser.parse_model(layer_norm_text(inputs="float[8] gamma"))
+    override = np.linspace(-3, 3, 8).astype(np.float32)
+    assert_sound(model, feeds_for() + feeds_for({"gamma": override}), config)
+
+
+def _if_model(then_shadow: bool) -> onnx.ModelProto:
+    """An outer layer norm with gamma, and an If whose then-branch defines its own `gamma`
+    (shadowing the outer one) and multiplies x by it."""
+    text = layer_norm_text(inputs="bool c").replace("=> (float[2,3,8] y)", "=> (float[2,3,8] z)")
+    model = onnx.parser.parse_model(text)
+    inner_gamma = nh.from_array(np.full(8, 7.0, np.float32), "gamma")
+    then_init = [inner_gamma] if then_shadow else []
+    branch_out = helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, None)
+    then = helper.make_graph(
+        [helper.make_node("Mul", ["x", "gamma"], ["b"])], "then", [], [branch_out], then_init
+    )
+    other = helper.make_graph(
+        [helper.make_node("Mul", ["x", "beta"], ["b"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, None)],
+    )
+    model.graph.node.append(
+        helper.make_node("If", ["c"], ["branch"], then_branch=then, else_branch=other)
+    )
+    model.graph.node.append(helper.make_node("Add", ["y", "branch"], ["z"]))
+    return model
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("shadow", [True, False])
+def test_if_branch_shadowing_an_outer_gamma(config, shadow):
+    model = _if_model(shadow)
+    feeds = feeds_for({"c": np.array(True)}) + feeds_for({"c": np.array(False)})
+    report = assert_sound(model, feeds, config)
+    assert [site.kind for site in report.sites] == ["layer-norm"]
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_stale_value_info_is_a_conflict_not_a_fact(config):
+    """A declared shape inference contradicts: the model runs, the site is left with a reason."""
+    model = onnx.parser.parse_model(layer_norm_text())
+    model.graph.value_info.append(
+        helper.make_tensor_value_info("d", onnx.TensorProto.FLOAT, [2, 3, 5])
+    )
+    report = assert_sound(model, feeds_for(), config)
+    assert not report.sites
+    assert [miss.reason for miss in report.near_misses] == ["shape-conflict"]
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize(
+    ("declaration", "reason"),
+    [
+        ("double two = {2.0000001}", None),
+        ("float two = {2.0000002}", None),
+    ],
+)
+def test_exponent_must_be_exactly_two(config, declaration, reason):
+    text = layer_norm_text(two="two_x", initializers=declaration.replace("two", "two_x"))
+    if declaration.startswith("double"):
+        text = text.replace("sq = Pow (d, two_x)", "sq = Pow (d, two_x)")
+    model = onnx.parser.parse_model(text)
+    report = assert_sound(model, feeds_for(), config)
+    assert not report.sites
+
+
+def _keras_model(gain_on_mean_side: bool) -> onnx.ModelProto:
+    """tf2onnx's layer norm: x*g + (beta - mean*g), g = gamma*rsqrt(var + eps); here the mean
+    side may use rsqrt alone (no gamma), which is not a layer norm."""
+    mean_gain = "g" if gain_on_mean_side else "r"
+    text = f"""
+    <ir_version: 8, opset_import: ["": 17]>
+    keras (float[2,3,8] x) => (float[2,3,8] y)
+    <float eps = {{1e-3}}, float[8] gamma = {{1.5, -2, 0.5, 1, 3, -1, 0.25, 2}},
+     float[8] beta = {{0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 0.7, 0.8}}>
+    {{
+      mean = ReduceMean <axes = [-1]> (x)
+      d = Sub (x, mean)
+      sq = Mul (d, d)
+      var = ReduceMean <axes = [-1]> (sq)
+      ve = Add (var, eps)
+      std = Sqrt (ve)
+      r = Reciprocal (std)
+      g = Mul (r, gamma)
+      xg = Mul (x, g)
+      mg = Mul (mean, {mean_gain})
+      b = Sub (beta, mg)
+      y = Add (xg, b)
+    }}
+    """
+    return onnx.parser.parse_model(text)
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("agree", [True, False])
+def test_keras_gain_occurrences_must_agree(config, agree):
+    report = assert_sound(_keras_model(agree), feeds_for(), config)
+    assert len(report.sites) == (1 if agree else 0)
+
+
+def _function_model(keepdims: int) -> onnx.ModelProto:
+    """A layer norm inside a model-local function whose keepdims is the caller's attribute."""
+    function = onnx.parser.parse_function(
+        """
+        <domain: "local", opset_import: ["": 17]>
+        norm <kd> (x) => (y) {
+          eps = Constant <value_float = 1e-5> ()
+          mean = ReduceMean <axes = [-1], keepdims: int = @kd> (x)
+          d = Sub (x, mean)
+          sq = Mul (d, d)
+          var = ReduceMean <axes = [-1], keepdims: int = @kd> (sq)
+          ve = Add (var, eps)
+          std = Sqrt (ve)
+          y = Div (d, std)
+        }
+        """
+    )
+    graph = helper.make_graph(
+        [helper.make_node("norm", ["x"], ["y"], domain="local", kd=keepdims)],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8])],
+        [
+            helper.make_tensor_value_info(
+                "y", onnx.TensorProto.FLOAT, ["a", "b", "c"][: keepdims + 2]
+            )
+        ],
+    )
+    return helper.make_model(
+        graph,
+        functions=[function],
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        ir_version=8,
+    )
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_function_attribute_references_are_not_values(config, keepdims):
+    model = _function_model(keepdims)
+    feeds = feeds_for()
+    if keepdims == 0:  # x [2,3,8] minus a [2,3] mean does not broadcast: it cannot run
+        report = normfuse.optimize(model, **config).report
+    else:
+        report = assert_sound(model, feeds, config)
+    assert not report.sites
+    assert "attribute-reference" in {miss.reason for miss in report.near_misses}
+
+
+def test_skip_norm_with_3d_gamma_meets_the_kernel_contract():
+    """A LayerNormalization with a [1,1,8] scale after a residual Add: SkipLayerNormalization
+    needs 1-D gamma and beta, so the fused node must get them (or the site stays)."""
+    text = """
+    <ir_version: 8, opset_import: ["": 17]>
+    skip (float[2,3,8] a, float[2,3,8] b) => (float[2,3,8] y)
+    <float[1,1,8] gamma = {1.5, -2, 0.5, 1, 3, -1, 0.25, 2},
+     float[1,1,8] beta = {0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 0.7, 0.8}>
+    {
+      s = Add (a, b)
+      y = LayerNormalization <axis = -1, epsilon = 1e-5> (s, gamma, beta)
+    }
+    """
+    model = onnx.parser.parse_model(text)
+    rows = adversarial_rows((2, 3, 8))
+    feeds = [{"a": r, "b": r[::-1].copy()} for r in rows]
+    report = assert_sound(model, feeds, CONFIGS["skip"])
+    assert [site.op for site in report.sites] == ["SkipLayerNormalization"]
+    fused = normfuse.optimize(model, passes="skip-norm").model
+    skip = next(n for n in fused.graph.node if n.op_type == "SkipLayerNormalization")
+    shapes = {t.name: list(t.dims) for t in fused.graph.initializer}
+    assert [shapes[name] for name in skip.input[2:]] == [[8], [8]]
