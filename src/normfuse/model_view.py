@@ -15,7 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.errors import NormfuseError
-from normfuse.scopes import body_overridable, overridable, unique_names
+from normfuse.scopes import all_graphs, body_overridable, overridable, unique_names
 from normfuse.shapes import TensorType, TypeFacts, derive_types, function_types
 
 
@@ -68,6 +68,8 @@ def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
         unsupported = (
             f"a nested body lists its initializer {sorted(nested)[0]!r} as a body input too"
         )
+    elif any(graph.sparse_initializer for graph in all_graphs(unique.graph)):
+        unsupported = "the model has sparse initializers, which the graph rewriter cannot keep"
     return ModelView(
         unique,
         base_dir,

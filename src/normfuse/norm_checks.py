@@ -224,6 +224,7 @@ def fused_site(
 ) -> Site:
     """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias])."""
     _check_output_type(match.root, io, context)
+    _check_constant_ranks(match, len(known_shape(match["x"], context)), context)
     emission = context.emissions[kind]
     if emission is None:
         raise Reject(
@@ -260,6 +261,20 @@ def fused_site(
         emission.ort_only,
         frozenset(id(node) for node in match.nodes),
     )
+
+
+def _check_constant_ranks(match: Match, rank: int, context: Context) -> None:
+    """No constant in the subgraph may have more dims than x: it would broadcast the result to a
+    higher rank than the fused node's output."""
+    for name, tensor in match.tensors.items():
+        if context.reader.is_constant(tensor):
+            value = context.reader.value(tensor)
+            shape = context.shape(tensor) if value is None else value.shape
+            if shape is not None and len(shape) > rank:
+                raise Reject(
+                    "broadcast-shape",
+                    f"constant {name} of rank {len(shape)} broadcasts a rank-{rank} input",
+                )
 
 
 def _check_output_type(root: gs.Tensor, io: FusedIO, context: Context) -> None:

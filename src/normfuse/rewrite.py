@@ -209,13 +209,16 @@ def run(
 def find_sites(
     graph: gs.Graph, fusion_pass: FusionPass, context: Context
 ) -> tuple[list[Site], list[NearMiss]]:
-    """Every site `fusion_pass` would fuse in `graph` (non-overlapping) and every near-miss."""
+    """Every site `fusion_pass` would fuse in `graph` (non-overlapping) and every near-miss.
+    A match is a subgraph of `graph` itself: one reaching into an enclosing scope's nodes is not
+    a candidate here (it belongs to no single scope's rewrite)."""
     candidates: dict[int, list[Match]] = {}
+    in_scope = {id(node) for node in graph.nodes}
     for node in graph.nodes:
         for tensor in node.outputs:
             for pattern in fusion_pass.patterns:
                 found = match_first(pattern, tensor, context.reader)
-                if found is not None:
+                if found is not None and all(id(n) in in_scope for n in found.nodes):
                     key = id(fusion_pass.site_key(found))
                     candidates.setdefault(key, []).append(found)
     graph_outputs = {tensor.name for tensor in graph.outputs}

@@ -64,6 +64,9 @@ def _check_graph(graph: onnx.GraphProto, outer: set[str], domains: set[str]) -> 
     for tensor in graph.initializer:
         if tensor.name not in produced:
             define(tensor.name, "an initializer")
+    for sparse in graph.sparse_initializer:
+        if sparse.values.name not in produced:
+            define(sparse.values.name, "a sparse initializer")
     for node in graph.node:
         if node.domain not in domains:
             raise NormfuseError(f"node {node.name!r} uses domain {node.domain!r}, not imported")
