@@ -305,3 +305,68 @@ def test_skip_norm_with_3d_gamma_meets_the_kernel_contract():
     skip = next(n for n in fused.graph.node if n.op_type == "SkipLayerNormalization")
     shapes = {t.name: list(t.dims) for t in fused.graph.initializer}
     assert [shapes[name] for name in skip.input[2:]] == [[8], [8]]
+
+
+def _norm_in_branch_model() -> onnx.ModelProto:
+    """A layer norm inside the then-branch of an If; the else-branch passes x through."""
+    norm = onnx.parser.parse_model(layer_norm_text())
+    then = helper.make_graph(
+        list(norm.graph.node),
+        "then",
+        [],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3, 8])],
+        list(norm.graph.initializer),
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [2, 3, 8])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["z"], then_branch=then, else_branch=other)],
+        "g",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 8]),
+            helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2, 3, 8])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_site_in_a_branch_is_validated_alone():
+    """Validation feeds c at random; the branch site must still be run alone and pass."""
+    model = _norm_in_branch_model()
+    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
+    validation = result.report.validation
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert [check.comparison is not None and check.passed for check in validation.sites] == [True]
+    assert_sound(model, feeds_for({"c": np.array(True)}), {})
+
+
+def test_site_in_a_function_is_validated_alone():
+    model = _function_model(1)
+    for node in model.functions[0].node:  # plain attribute values: fusable
+        for attribute in node.attribute:
+            if attribute.ref_attr_name:
+                attribute.ref_attr_name = ""
+                attribute.i = 1
+    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
+    checks = result.report.validation.sites
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert [check.comparison is not None and check.passed for check in checks] == [True]
+
+
+def test_a_nan_the_candidate_does_not_reproduce_is_a_difference():
+    from normfuse.compare import compare_output
+
+    original = np.array([1.0, np.nan, np.inf], np.float32)
+    assert not compare_output("y", original, np.array([1.0, 0.0, np.inf], np.float32)).passed
+    assert not compare_output("y", original, np.array([1.0, np.nan, 5.0], np.float32)).passed
+    assert compare_output("y", original, original.copy()).passed
+    reference = np.array([1.0, 0.0, np.inf])
+    repaired = compare_output(
+        "y", original, np.array([1.0, 0.0, np.inf], np.float32), reference=reference
+    )
+    assert repaired.passed and repaired.repaired == 1

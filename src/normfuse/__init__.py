@@ -99,7 +99,13 @@ def optimize(
     if validation is None:
         return result
     checks = validate_module.check_sites(
-        view.model, result.model, result.report.sites, validation, loaded.base_dir, view.types
+        view.model,
+        result.model,
+        result.report.sites,
+        validation,
+        loaded.base_dir,
+        view.types,
+        view.function_types,
     )
     failed = sorted(check.output for check in checks if not check.passed)
     if failed:

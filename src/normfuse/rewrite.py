@@ -77,6 +77,9 @@ class Site:
     node_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
     # The matched output tensor itself (set by the driver): rewired by identity, never by name.
     root: gs.Tensor | None = field(default=None, repr=False, compare=False)
+    # (domain, name) of the model-local function whose body holds the site; None: the main
+    # graph or a body nested in it (set by the driver).
+    function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""
@@ -180,22 +183,24 @@ def run(
     """Apply `passes` to `graph`, the bodies of its If/Loop/Scan nodes and its model-local
     functions (each with its own context) until nothing more fuses; the graph is changed in
     place."""
-    scopes = [(scope, context) for scope in [graph, *graph.subgraphs(recursive=True)]]
+    scopes = [(scope, context, None) for scope in [graph, *graph.subgraphs(recursive=True)]]
     for function in graph.functions:
-        function_context = (function_contexts or {}).get((function.domain, function.name))
+        key = (function.domain, function.name)
+        function_context = (function_contexts or {}).get(key)
         if function_context is not None:
             scopes += [
-                (scope, function_context)
+                (scope, function_context, key)
                 for scope in [function, *function.subgraphs(recursive=True)]
             ]
-    names = _NameRegistry([scope for scope, _ in scopes])
+    names = _NameRegistry([scope for scope, _, _ in scopes])
     result = RunResult()
     for _ in range(MAX_ROUNDS):
         fused_this_round = 0
         near_misses: list[NearMiss] = []
         for fusion_pass in passes:
-            for scope, scope_context in scopes:
+            for scope, scope_context, function in scopes:
                 sites, misses = find_sites(scope, fusion_pass, scope_context)
+                sites = [replace(site, function=function) for site in sites]
                 apply_sites(scope, sites, names)
                 result.sites.extend(sites)
                 near_misses.extend(misses)

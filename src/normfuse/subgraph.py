@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
+from normfuse.scopes import all_graphs
+
 FLOAT_ELEM_TYPES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.BFLOAT16}
 
 
@@ -18,13 +20,14 @@ def extract(
     output_name: str,
     output_type: int,
     base_dir: Path | None,
+    function: tuple[str, str] | None = None,
 ) -> onnx.ModelProto | None:
     """The nodes computing `output_name` from `inputs` (name -> element type and shape) and
     constants, as a model with those inputs and one output; None when the output depends on
-    anything else."""
-    graph = model.graph
-    producers = {name: node for node in graph.node for name in node.output}
-    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    anything else. The nodes are looked up in every graph of the model (names are unique across
+    its scopes), or in the body of the model-local `function` (its own namespace and opsets)."""
+    nodes, initializers, opsets = _scope(model, function)
+    producers = {name: node for node in nodes for name in node.output}
     needed_nodes: set[int] = set()
     needed_initializers: set[str] = set()
     stack, seen = [output_name], set()
@@ -38,16 +41,16 @@ def extract(
             continue
         node = producers.get(name)
         if node is None or any(
-            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) or a.ref_attr_name
             for a in node.attribute
         ):
             return None
         needed_nodes.add(id(node))
         stack.extend(node.input)
-    nodes = [node for node in graph.node if id(node) in needed_nodes]
+    ordered = [node for node in nodes if id(node) in needed_nodes]
     tensors = [_loaded(initializers[name], base_dir) for name in sorted(needed_initializers)]
     site_graph = onnx.helper.make_graph(
-        nodes,
+        ordered,
         f"site_{output_name}",
         [
             onnx.helper.make_tensor_value_info(name, elem_type, shape)
@@ -56,9 +59,24 @@ def extract(
         [onnx.helper.make_tensor_value_info(output_name, output_type, None)],
         tensors,
     )
-    site = onnx.helper.make_model(site_graph, opset_imports=list(model.opset_import))
+    site = onnx.helper.make_model(site_graph, opset_imports=opsets)
     site.ir_version = model.ir_version
     return site
+
+
+def _scope(
+    model: onnx.ModelProto, function: tuple[str, str] | None
+) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto], list[onnx.OperatorSetIdProto]]:
+    """Nodes (in order), initializers and opset imports of the scope a site lives in."""
+    if function is None:
+        graphs = list(all_graphs(model.graph))
+        nodes = [node for graph in graphs for node in graph.node]
+        initializers = {t.name: t for graph in graphs for t in graph.initializer}
+        return nodes, initializers, list(model.opset_import)
+    body = next(f for f in model.functions if (f.domain, f.name) == function)
+    opsets = {entry.domain: entry for entry in model.opset_import}
+    opsets.update({entry.domain: entry for entry in body.opset_import})
+    return list(body.node), {}, list(opsets.values())
 
 
 def _loaded(tensor: onnx.TensorProto, base_dir: Path | None) -> onnx.TensorProto:
