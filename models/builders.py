@@ -6,6 +6,7 @@ Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul for RMS norm.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -523,3 +524,169 @@ def local_function_model(sequences: tuple[int, ...] = (7,), hidden: int = 32) ->
     )
     model.ir_version = 8
     return model
+
+
+@dataclass(frozen=True)
+class GroupNormSpec:
+    """One way of writing group normalisation of an NCHW tensor (or something close to it).
+
+    The group norm reshapes x [N, C, H, W] to [N, G, -1], normalises each group, reshapes back and
+    applies a per-channel scale and bias ([C, 1, 1]); an optional SiLU `y * Sigmoid(y)` follows.
+    """
+
+    groups: int = 4
+    # instance_norm: InstanceNormalization(ones[G], zeros[G]) between the Reshapes (TorchScript,
+    # dynamo at opset 18) | decomposed: layer-norm-style statistics between them (`stats`) |
+    # instance_affine: no Reshapes, statistics over H, W, per-channel affine (the G = C case)
+    spelling: str = "instance_norm"
+    stats: LayerNormSpec = LayerNormSpec(scale=False, bias=False)
+    grouped_shape: tuple[int, ...] | None = None  # None: (0, G, -1)
+    reshape_back: str = "shape_of_x"  # shape_of_x (TorchScript) | static (dynamo) | flat
+    epsilon: float = 1e-5
+    scale: bool = True
+    bias: bool = True
+    scale_shape: tuple[int, ...] | None = None  # None: (C, 1, 1)
+    group_affine: bool = False  # a per-group scale and bias before the Reshape back
+    silu: bool = False
+
+
+def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, rng) -> str:
+    """Append one group norm of `x` (NCHW of `shape`) to `b`; returns the output name."""
+    channels = shape[1]
+    if spec.spelling == "instance_affine":
+        stats = dataclasses.replace(spec.stats, axes=(-2, -1), epsilon=spec.epsilon)
+        out = add_layer_norm(b, x, shape, stats, rng)
+    else:
+        grouped_shape = spec.grouped_shape or (0, spec.groups, -1)
+        grouped = b.op("Reshape", [x, b.const(grouped_shape, "groups", np.int64)])
+        groups = grouped_shape[1] if grouped_shape[1] > 0 else spec.groups
+        if spec.spelling == "instance_norm":
+            if spec.group_affine:  # inside the instance norm
+                scale, bias = rng.uniform(0.5, 1.5, groups), rng.normal(0, 0.5, groups)
+            else:
+                scale, bias = np.ones(groups), np.zeros(groups)
+            normed = b.op(
+                "InstanceNormalization",
+                [grouped, b.const(scale, "ones"), b.const(bias, "zeros")],
+                epsilon=spec.epsilon,
+            )
+        else:
+            stats = dataclasses.replace(spec.stats, epsilon=spec.epsilon)
+            dims = shape[1:]
+            inner = int(np.prod(dims)) // groups if all(isinstance(d, int) for d in dims) else None
+            normed = add_layer_norm(b, grouped, (None, groups, inner), stats, rng)
+            if spec.group_affine:
+                normed = b.op("Mul", [normed, b.const(rng.uniform(0.5, 1.5, (groups, 1)), "gamma")])
+                normed = b.op("Add", [normed, b.const(rng.normal(0, 0.5, (groups, 1)), "beta")])
+        if spec.reshape_back == "shape_of_x":
+            back_shape = b.op("Shape", [x])
+        elif spec.reshape_back == "static":
+            back_shape = b.const([d if isinstance(d, int) else 0 for d in shape], "shape", np.int64)
+        else:
+            back_shape = b.const([0, channels, -1], "shape", np.int64)
+        out = b.op("Reshape", [normed, back_shape])
+    if spec.scale:
+        scale_shape = spec.scale_shape or (channels, 1, 1)
+        out = b.op("Mul", [out, b.const(rng.uniform(0.5, 1.5, scale_shape), "gamma")])
+    if spec.bias:
+        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "beta")])
+    if spec.silu:
+        out = b.op("Mul", [out, b.op("Sigmoid", [out])])
+    return out
+
+
+def group_norm_block_model(
+    spec: GroupNormSpec = GroupNormSpec(),
+    shape: tuple = ("batch", 8, 5, 5),
+    opset: int = 17,
+    layers: int = 1,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """`layers` residual blocks `h = h + Conv1x1(group_norm(h))`, NCHW."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(opset)
+    channels = shape[1]
+    h = "x"
+    for _ in range(layers):
+        normed = add_group_norm(b, h, shape, spec, rng)
+        weight = b.const(rng.normal(0, 0.3, (channels, channels, 1, 1)), "weight")
+        h = b.op("Add", [h, b.op("Conv", [normed, weight])])
+    graph = helper.make_graph(
+        b.nodes,
+        "group_norm_test",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info(h, FLOAT, list(shape))],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8 if opset < 18 else 10
+    return model
+
+
+_DECOMPOSED = GroupNormSpec(spelling="decomposed")
+GROUP_NORM_POSITIVES = {
+    "decomposed": _DECOMPOSED,
+    "decomposed_reciprocal": dataclasses.replace(
+        _DECOMPOSED, stats=LayerNormSpec(scale=False, bias=False, divide="reciprocal")
+    ),
+    "decomposed_pow_minus_half": dataclasses.replace(
+        _DECOMPOSED, stats=LayerNormSpec(scale=False, bias=False, divide="pow_half")
+    ),
+    "decomposed_silu": dataclasses.replace(_DECOMPOSED, silu=True),
+    "decomposed_static_reshape": dataclasses.replace(_DECOMPOSED, reshape_back="static"),
+    "decomposed_no_affine": dataclasses.replace(_DECOMPOSED, scale=False, bias=False),
+    "decomposed_bias_only": dataclasses.replace(_DECOMPOSED, scale=False),
+    "decomposed_one_group": dataclasses.replace(_DECOMPOSED, groups=1),
+    "decomposed_group_per_channel": dataclasses.replace(_DECOMPOSED, groups=8),
+    "instance_norm_affine": GroupNormSpec(spelling="instance_affine"),
+    "instance_norm_affine_silu": GroupNormSpec(spelling="instance_affine", silu=True),
+    "instance_norm_scale_only": GroupNormSpec(spelling="instance_affine", bias=False),
+}
+
+# What exporters write: recognised, checked, and left as they are (`no-faster-form`).
+GROUP_NORM_KEPT = {
+    "torchscript": GroupNormSpec(),
+    "torchscript_silu": GroupNormSpec(silu=True),
+    "dynamo_opset18": GroupNormSpec(reshape_back="static"),
+    "instance_norm_no_affine": GroupNormSpec(scale=False, bias=False),
+}
+
+
+def _both(spec: GroupNormSpec) -> dict[str, GroupNormSpec]:
+    return {"instance_norm": spec, "decomposed": dataclasses.replace(spec, spelling="decomposed")}
+
+
+def _stats(**changes) -> GroupNormSpec:
+    return dataclasses.replace(_DECOMPOSED, stats=LayerNormSpec(scale=False, bias=False, **changes))
+
+
+# name -> (spec, shape or None for the default, reason): each changes one thing that makes the
+# graph something other than group norm; both spellings where the hazard applies to both.
+GROUP_NORM_NEGATIVES = {
+    **{
+        f"{spelling}_{name}": (variant, shape, reason)
+        for name, spec, shape, reason in (
+            ("groups_do_not_divide", GroupNormSpec(), ("batch", 6, 4, 4), "groups-do-not-divide"),
+            (
+                "reshape_not_restored",
+                GroupNormSpec(reshape_back="flat"),
+                None,
+                "reshape-not-restored",
+            ),
+            (
+                "channels_not_split",
+                GroupNormSpec(grouped_shape=(0, -1, 4)),
+                None,
+                "not-channel-groups",
+            ),
+            ("per_group_affine", GroupNormSpec(group_affine=True), None, "per-group-affine"),
+            ("per_position_gamma", GroupNormSpec(scale_shape=(8, 5, 5)), None, "gamma-shape"),
+            ("zero_epsilon", GroupNormSpec(epsilon=0.0), None, "epsilon-not-positive"),
+        )
+        for spelling, variant in _both(spec).items()
+    },
+    "epsilon_outside_sqrt": (_stats(epsilon_outside_sqrt=True), None, "epsilon-outside-sqrt"),
+    "statistics_over_groups": (_stats(axes=(1,)), None, "non-trailing-axes"),
+    "statistics_over_whole_sample": (_stats(axes=(-2, -1)), None, "group-statistics-axes"),
+    "unbiased_variance": (_stats(variance="sum_over_d_minus_1"), None, "unbiased-variance"),
+}

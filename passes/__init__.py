@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from normfuse.passes.group_norm import GroupNormPass
 from normfuse.passes.layer_norm import LayerNormPass
 from normfuse.passes.rms_norm import RmsNormPass
 from normfuse.passes.skip_norm import SkipNormPass
 
-# Layer norm first: a bias-free layer norm must not become Sub + RMS norm. Residual fusion last,
-# on the fused norms.
-ALL_PASSES = (LayerNormPass(), RmsNormPass(), SkipNormPass())
+# Group norm first: its statistics are a layer norm's, which the layer-norm pass refuses inside a
+# group norm (`group-norm`). Layer norm before RMS norm: a bias-free layer norm must not become
+# Sub + RMS norm. Residual fusion last, on the fused norms.
+ALL_PASSES = (GroupNormPass(), LayerNormPass(), RmsNormPass(), SkipNormPass())
 PASS_NAMES = tuple(fusion_pass.name for fusion_pass in ALL_PASSES)
 # skip-norm only when named, or chosen per site by timing (optimize --tune-for).
-DEFAULT_PASS_NAMES = ("layer-norm", "rms-norm")
+DEFAULT_PASS_NAMES = ("group-norm", "layer-norm", "rms-norm")
 
 
 def select(names: str | list[str] | tuple[str, ...] | None):

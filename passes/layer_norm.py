@@ -85,6 +85,9 @@ _normed = AnyOf(
     ),
 )
 
+# The statistics without affine, shared with the group-norm pass.
+STATISTICS = _normed
+
 
 def _downcast(pattern: Op | AnyOf) -> Op:
     return Op("Cast", pattern, name="downcast")

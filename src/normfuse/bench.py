@@ -34,6 +34,9 @@ NORM_OPS = (
     "RMSNormalization",
     "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization",
+    "GroupNormalization",
+    "InstanceNormalization",
+    "GroupNorm",
 )
 BOOTSTRAP_RESAMPLES = 2000
 

@@ -118,10 +118,19 @@ def _rms_norm(opset: int, target: Target) -> Emission | None:
 
 def emissions(model: onnx.ModelProto, target: Target) -> dict[str, Emission | None]:
     """The emission of each normalisation kind for `model` and `target`."""
+    layer_norm = layer_norm_emission(model, target)
     return {
-        "layer-norm": layer_norm_emission(model, target),
+        "layer-norm": layer_norm,
         "rms-norm": rms_norm_emission(model, target),
+        **_group(layer_norm),
     }
+
+
+def _group(layer_norm: Emission | None) -> dict[str, Emission | None]:
+    """Group norm's statistics are emitted as `LayerNormalization` over the grouped tensor: ONNX
+    Runtime's CPU provider has no kernel for `GroupNormalization`-18/21 (it runs their function
+    body, measured slower) nor for `com.microsoft.GroupNorm` (see passes/group_norm.py)."""
+    return {"group-norm": layer_norm}
 
 
 def can_raise_opset(model: onnx.ModelProto, new_opset: int) -> bool:
@@ -181,5 +190,6 @@ def function_emissions(function: onnx.FunctionProto, target: Target) -> dict[str
     """Emissions inside a model-local function, at the function's own opset, which is never
     raised (their `opset` is 0: they ask nothing of the model's opset import)."""
     opset = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), 0)
-    found = {"layer-norm": _layer_norm(opset, target, False), "rms-norm": _rms_norm(opset, target)}
+    layer_norm = _layer_norm(opset, target, False)
+    found = {"layer-norm": layer_norm, "rms-norm": _rms_norm(opset, target), **_group(layer_norm)}
     return {kind: e and dataclasses.replace(e, opset=0) for kind, e in found.items()}

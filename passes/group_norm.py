@@ -1,0 +1,267 @@
+"""Group normalisation: x [N, C, *S] in G groups of C/G channels, each group normalised over its
+channels and positions, then a per-channel scale and bias (`nn.GroupNorm`, diffusion UNets/VAEs).
+
+What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is never part of a site)::
+
+    x ──> Reshape([0, G, -1]) ──> statistics ──> Reshape(Shape(x) | x's static shape) ──> back
+    statistics: InstanceNormalization(ones[G], zeros[G])   (TorchScript; dynamo at opset 18)
+              | the layer-norm statistics over the last axis, spelled out (hand-written)
+    back ──> Mul(gamma[C, 1, 1]) ──> Add(beta[C, 1, 1]) ──> y
+    (dynamo at opset 21 writes GroupNormalization-21 itself)
+
+Instance norm with a per-channel affine (statistics over S of x itself, no Reshapes) is the G = C
+case. What is emitted was decided by what ONNX Runtime's CPU provider runs and by measurement
+(README, `tests/benchmarks/group_norm.py`): `GroupNormalization`-18/21 have no CPU kernel (ORT
+inlines their function body, which computes the variance as E[x^2] - E[x]^2 and was timed slower
+than the decomposed form; it gives NaN where a group's mean is large against its spread), and
+`com.microsoft.GroupNorm` (NHWC) has no CPU kernel at all. So the spelled-out statistics become
+one `LayerNormalization` over the last axis of the grouped tensor (over S for G = C), and the
+Reshapes and the per-channel affine stay. The `InstanceNormalization` spelling is already that
+fast and is reported, not rewritten (`no-faster-form`).
+
+A site is fused only when the whole is exactly group normalisation: the first Reshape splits the
+channels into G groups with G dividing C, the second restores x's shape, the statistics reduce the
+last axis of the grouped tensor only, epsilon is positive and inside the square root, and the
+affine after the Reshape back is per channel. Otherwise a near-miss says why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+from normfuse.passes.layer_norm import STATISTICS
+
+from normfuse import norm_checks as checks
+from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
+from normfuse.pattern import Const, Match, Op, Var, match_first
+from normfuse.rewrite import Context, Site
+
+KIND = "group-norm"
+
+_INSTANCE_NORM = Op(
+    "InstanceNormalization", Var("x"), Const("in_scale"), Const("in_bias"), name="instance_norm"
+)
+PATTERNS = (STATISTICS, _INSTANCE_NORM)
+_RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
+_NO_FASTER_FORM = (
+    "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
+    "provider runs (no CPU kernel for GroupNormalization or com.microsoft.GroupNorm); left as is"
+)
+
+
+class GroupNormPass:
+    """Fuses the statistics of decomposed group normalisation into `LayerNormalization`."""
+
+    name = "group-norm"
+    kind = KIND
+    patterns = PATTERNS
+    shared_names = ("upcast",)
+
+    def site_key(self, match: Match) -> gs.Node:
+        """The mean's ReduceMean (or the InstanceNormalization) identifies one group norm."""
+        return match.node("instance_norm" if "instance_norm" in match else "mean")
+
+    def check(self, match: Match, context: Context) -> Site | None:
+        """A `Site` if `match` is the statistics of exactly group normalisation; raises `Reject`
+        with the reason. None for statistics that are not inside a group norm's structure (layer
+        norms, instance norms without a per-channel affine: the layer-norm pass decides those)."""
+        grouping = _grouping(match["x"], context)
+        if grouping is None:
+            return _instance_norm_site(match, context)
+        return _group_site(match, context, grouping)
+
+
+def _grouping(grouped: gs.Tensor, context: Context) -> tuple[gs.Tensor, gs.Node] | None:
+    """(x, the Reshape) when `grouped` is a Reshape of x."""
+    found = match_first(_RESHAPE, grouped, context.reader)
+    return None if found is None else (found["ungrouped"], found.node("grouped"))
+
+
+def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.Node]) -> Site:
+    x, reshape = grouping
+    shape = checks.known_shape(x, context)
+    channels, groups, inner = _check_grouped_shape(shape, reshape, context)
+    back = _reshape_back(match.root, x, shape, context)
+    if "instance_norm" in match:
+        _check_instance_norm(match, context, groups)
+    _check_channel_affine(back, context, channels, len(shape))
+    if "instance_norm" in match:
+        raise checks.Reject("no-faster-form", _NO_FASTER_FORM)
+    io = checks.fused_io(match, context)
+    _check_statistics(match, context, 3, (-1,), inner)
+    eps = checks.epsilon(match, context)
+    return checks.fused_site(KIND, match, context, io, -1, eps, (np.ones(inner, io.dtype), None))
+
+
+def _instance_norm_site(match: Match, context: Context) -> Site | None:
+    """G = C: statistics over the positions of x [N, C, *S] itself, then a per-channel affine
+    (which the layer-norm pass refuses, `gamma-shape`). Statistics with no such affine after them
+    are the layer-norm pass's."""
+    if "instance_norm" in match:
+        return None  # a plain InstanceNormalization node: already fused
+    shape = context.shape(match["x"])
+    users = match.root.outputs
+    if shape is None or len(shape) < 3 or len(users) != 1 or not _is_affine(users[0], context):
+        return None
+    rank = len(shape)
+    channels = shape[1]
+    if not isinstance(channels, int) or _affine_is_layer_norm(users[0], context, shape):
+        return None
+    axes = tuple(range(2 - rank, 0))
+    reducers = [match.node("mean"), match.node("variance_reduce")]
+    if any(reduce_axes(node, rank, context.reader) != axes for node in reducers):
+        return None  # not instance-norm statistics: the layer-norm pass's
+    spatial = checks.normalised_shape(shape, axes)
+    io = checks.fused_io(match, context)
+    _check_statistics(match, context, rank, axes, int(np.prod(spatial)))
+    _check_channel_affine(match.root, context, channels, rank)
+    eps = checks.epsilon(match, context)
+    ones = np.ones(spatial, io.dtype)
+    return checks.fused_site(KIND, match, context, io, 2 - rank, eps, (ones, None))
+
+
+def _check_grouped_shape(shape: tuple, reshape: gs.Node, context: Context) -> tuple[int, int, int]:
+    """(C, G, C/G * prod(S)) when the Reshape turns [N, C, *S] into [N, G, C/G * prod(S)]."""
+    target = context.reader.value(reshape.inputs[1])
+    if len(shape) < 3 or target is None or target.shape != (3,):
+        raise checks.Reject(
+            "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
+        )
+    channels, spatial = shape[1], shape[2:]
+    if not isinstance(channels, int) or not all(isinstance(dim, int) for dim in spatial):
+        raise checks.Reject("unknown-shape", f"channel and spatial dims {shape[1:]} not all static")
+    batch, groups, rest = (int(value) for value in target)
+    zero_copies = not reshape.attrs.get("allowzero", 0)
+    batch_kept = (batch == 0 and zero_copies) or (batch > 0 and batch == shape[0])
+    if not batch_kept or groups <= 0:
+        raise checks.Reject("not-channel-groups", f"Reshape to {target.tolist()} of {shape}")
+    if channels % groups:
+        raise checks.Reject(
+            "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
+        )
+    inner = channels // groups * int(np.prod(spatial))
+    if rest not in (-1, inner):
+        raise checks.Reject("not-channel-groups", f"Reshape to {target.tolist()} of {shape}")
+    return channels, groups, inner
+
+
+def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Context) -> gs.Tensor:
+    """The Reshape back to x's shape that must be the only user of the statistics."""
+    chain = _affine_chain(normed, context)
+    if chain and any(_is(user, "Reshape") for user in chain[-1].outputs[0].outputs):
+        raise checks.Reject(
+            "per-group-affine",
+            "a scale or bias applied per group before the Reshape back, not per channel",
+        )
+    users = normed.outputs
+    if len(users) != 1 or not _is(users[0], "Reshape"):
+        raise checks.Reject("reshape-not-restored", "the grouped statistics are not reshaped back")
+    back = users[0]
+    target = back.inputs[1]
+    source = target.inputs[0] if len(target.inputs) == 1 else None
+    if source is not None and _is(source, "Shape") and source.inputs[0] is x and not source.attrs:
+        return back.outputs[0]
+    value = context.reader.value(target)
+    if value is not None and not back.attrs.get("allowzero", 0):
+        grouped_shape = context.shape(normed) or ()
+        resolved = [
+            grouped_shape[axis] if dim == 0 and axis < len(grouped_shape) else int(dim)
+            for axis, dim in enumerate(value.reshape(-1).tolist())
+        ]
+        if tuple(resolved) == tuple(shape):
+            return back.outputs[0]
+    raise checks.Reject(
+        "reshape-not-restored", f"the Reshape back does not restore x's shape {list(shape)}"
+    )
+
+
+def _check_instance_norm(match: Match, context: Context, groups: int) -> None:
+    scale, bias = context.reader.value(match["in_scale"]), context.reader.value(match["in_bias"])
+    node = match.node("instance_norm")
+    if scale is None or bias is None or scale.shape != (groups,) or bias.shape != (groups,):
+        raise checks.Reject("per-group-affine", "InstanceNormalization scale/bias not [G]")
+    if not (np.all(scale == 1) and np.all(bias == 0)):
+        raise checks.Reject(
+            "per-group-affine", "InstanceNormalization applies a per-group scale or bias"
+        )
+    epsilon = node.attrs.get("epsilon", 1e-5)
+    if not epsilon > 0:
+        raise checks.Reject("epsilon-not-positive", f"epsilon is {epsilon}")
+
+
+def _check_statistics(
+    match: Match, context: Context, rank: int, axes: tuple[int, ...], count: int
+) -> None:
+    """The layer-norm statistics of `match` reduce exactly `axes` with divisor `count`."""
+    if "std_plus_epsilon" in match:
+        raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
+    if "centered_cast" in match:
+        raise checks.Reject("cast-types", "x - mean is cast inside the statistics")
+    reducers = [match.node("mean"), match.node("variance_reduce")]
+    found = checks.reduction_axes(reducers, rank, context)
+    if found != axes:
+        raise checks.Reject(
+            "group-statistics-axes", f"statistics over axes {found}, not {axes} of the groups"
+        )
+    checks.check_divisor(match, context, count)
+
+
+def _is(node: gs.Node, op: str) -> bool:
+    return node.op == op and node.domain in DEFAULT_DOMAINS
+
+
+def _is_affine(node: gs.Node, context: Context) -> bool:
+    """A Mul or Add with one constant operand."""
+    return (
+        (_is(node, "Mul") or _is(node, "Add"))
+        and len(node.inputs) == 2
+        and sum(context.reader.is_constant(tensor) for tensor in node.inputs) == 1
+    )
+
+
+def _constant_operand(node: gs.Node, context: Context) -> np.ndarray | None:
+    constant = next(t for t in node.inputs if context.reader.is_constant(t))
+    return context.reader.value(constant)
+
+
+def _affine_chain(start: gs.Tensor, context: Context) -> list[gs.Node]:
+    """The Mul (scale) and then Add (bias) with constant operands that follow `start`."""
+    chain, tensor = [], start
+    for op in ("Mul", "Add"):
+        users = tensor.outputs
+        if len(users) == 1 and _is(users[0], op) and _is_affine(users[0], context):
+            chain.append(users[0])
+            tensor = users[0].outputs[0]
+    return chain
+
+
+def _check_channel_affine(start: gs.Tensor, context: Context, channels: int, rank: int) -> None:
+    """The scale and bias after `start` (each optional) vary along the channel axis only."""
+    for node in _affine_chain(start, context):
+        value = _constant_operand(node, context)
+        name = "scale" if node.op == "Mul" else "bias"
+        if value is None or not _per_channel(value, channels, rank):
+            reason = "gamma-shape" if name == "scale" else "beta-shape"
+            shape = None if value is None else value.shape
+            raise checks.Reject(reason, f"{name} of shape {shape} is not per channel")
+
+
+def _per_channel(value: np.ndarray, channels: int, rank: int) -> bool:
+    """`value` broadcasts against [N, C, *S] along the channel axis only ([C, 1, 1] for NCHW)."""
+    if value.ndim > rank:
+        return False
+    full = (1,) * (rank - value.ndim) + value.shape
+    return full[1] in (1, channels) and all(dim == 1 for axis, dim in enumerate(full) if axis != 1)
+
+
+def _affine_is_layer_norm(node: gs.Node, context: Context, shape: tuple) -> bool:
+    """True when the constant after the statistics varies only along the normalised positions
+    (or is a scalar): a layer norm's affine, which the layer-norm pass fuses."""
+    value = _constant_operand(node, context)
+    if value is None:
+        return False
+    rank = len(shape)
+    spatial = tuple(shape[2:])
+    if not all(isinstance(dim, int) for dim in spatial):
+        return False
+    return checks.affine_parameter(value, spatial, rank) is not None

@@ -1,0 +1,131 @@
+"""Group norm on CPU: the decomposed spellings against every fused form, at diffusion shapes.
+
+One group norm (32 groups, per-channel scale and bias) of x [1, C, H, W] float32, written as:
+- `decomposed`: Reshape [N, G, -1] -> ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div -> Reshape
+  back -> Mul(gamma) -> Add(beta) (the statistics spelled out);
+- `instance-norm`: the statistics as InstanceNormalization(ones, zeros) (PyTorch's TorchScript
+  export, and dynamo's at opset 18);
+- `layer-norm`: the statistics as LayerNormalization(axis=-1) of the [N, G, -1] tensor;
+- `group-norm-21`: one GroupNormalization-21 node (a model at opset 21; what dynamo writes there);
+- `normfuse`: what `normfuse.optimize` makes of `decomposed` (with --passes group-norm).
+Timed side by side in interleaved rounds (`normfuse.bench`), ORT levels disable and all, one
+intra-op thread by default. The first model of each group is the baseline of the ratios.
+
+Run on demand (not part of the test suite):
+    python tests/benchmarks/group_norm.py [--threads 1] [--runs 60] [--shapes 320x64x64,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+import normfuse
+from models.builders import GraphBuilder, GroupNormSpec, add_group_norm
+from normfuse import bench
+
+GROUPS = 32
+SHAPES = ((320, 64, 64), (640, 32, 32), (1280, 16, 16))
+FLOAT = onnx.TensorProto.FLOAT
+
+
+def _model(nodes, initializers, shape, opset) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "group_norm",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", FLOAT, list(shape))],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def spelled(shape: tuple[int, ...], spelling: str) -> onnx.ModelProto:
+    """The group norm as an exporter writes it (`decomposed` or `instance_norm`)."""
+    b = GraphBuilder(17)
+    out = add_group_norm(b, "x", shape, GroupNormSpec(GROUPS, spelling), np.random.default_rng(0))
+    b.nodes.append(helper.make_node("Identity", [out], ["y"]))
+    return _model(b.nodes, b.initializers, shape, 17)
+
+
+def _params(channels: int) -> list[onnx.TensorProto]:
+    rng = np.random.default_rng(0)
+    gamma = rng.uniform(0.5, 1.5, channels).astype(np.float32)
+    beta = rng.normal(0, 0.5, channels).astype(np.float32)
+    return [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
+
+
+def layer_norm_form(shape: tuple[int, ...]) -> onnx.ModelProto:
+    """Reshape -> LayerNormalization(axis=-1) -> Reshape -> Mul -> Add."""
+    channels = shape[1]
+    inner = int(np.prod(shape[1:])) // GROUPS
+    gamma, beta = (numpy_helper.to_array(p).reshape(channels, 1, 1) for p in _params(channels))
+    initializers = [
+        numpy_helper.from_array(np.array([0, GROUPS, -1], np.int64), "grouped_shape"),
+        numpy_helper.from_array(np.array(shape, np.int64), "shape"),
+        numpy_helper.from_array(np.ones(inner, np.float32), "ones"),
+        numpy_helper.from_array(gamma, "gamma"),
+        numpy_helper.from_array(beta, "beta"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "grouped_shape"], ["grouped"]),
+        helper.make_node(
+            "LayerNormalization", ["grouped", "ones"], ["normed"], axis=-1, epsilon=1e-5
+        ),
+        helper.make_node("Reshape", ["normed", "shape"], ["back"]),
+        helper.make_node("Mul", ["back", "gamma"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "beta"], ["y"]),
+    ]
+    return _model(nodes, initializers, shape, 17)
+
+
+def group_normalization_21(shape: tuple[int, ...]) -> onnx.ModelProto:
+    """One GroupNormalization-21 node with per-channel scale and bias."""
+    node = helper.make_node(
+        "GroupNormalization", ["x", "gamma", "beta"], ["y"], num_groups=GROUPS, epsilon=1e-5
+    )
+    return _model([node], _params(shape[1]), shape, 21)
+
+
+def forms(shape: tuple[int, ...]) -> list[bench.BenchModel]:
+    """Every form of one group norm at `shape`, the decomposed spelling first."""
+    decomposed = spelled(shape, "decomposed")
+    fused = normfuse.optimize(decomposed, passes="group-norm").model
+    return [
+        bench.BenchModel("decomposed", decomposed),
+        bench.BenchModel("instance-norm", spelled(shape, "instance_norm")),
+        bench.BenchModel("layer-norm", layer_norm_form(shape)),
+        bench.BenchModel("group-norm-21", group_normalization_21(shape)),
+        bench.BenchModel("normfuse", fused),
+    ]
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    return (1, *(int(part) for part in text.split("x")))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    args = parser.parse_args()
+    options = bench.BenchOptions(
+        levels=("disable", "all"), threads=args.threads, runs=args.runs, warmup=args.warmup
+    )
+    for text in args.shapes.split(","):
+        shape = _shape(text)
+        print(f"\n## x {list(shape)}, {GROUPS} groups")
+        print(bench.run(forms(shape), options).table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
