@@ -423,10 +423,15 @@ def l2_norm_model(shape: tuple = ("batch", 7, 32)) -> onnx.ModelProto:
     return _single_op_model(b, out, shape, "l2_norm")
 
 
-# Models of other normalisation families (issue: negative corpus), with the reason expected.
-OTHER_FAMILIES = {
+# Group norm and instance norm with a per-channel affine, as the layer-norm pass reports them
+# (the group-norm pass, on by default, fuses both).
+LAYER_NORM_PASS_FAMILIES = {
     "group_norm": (group_norm_model, "group-norm"),
     "instance_norm_affine": (instance_norm_model, "gamma-shape"),
+}
+
+# Models of other normalisation families (issue: negative corpus), with the reason expected.
+OTHER_FAMILIES = {
     "l2_normalize": (l2_norm_model, "l2-norm"),
     "rms_with_bias": (lambda: norm_model(RmsNormSpec(bias=True)), "rms-with-bias"),
 }
@@ -602,15 +607,15 @@ def group_norm_block_model(
     layers: int = 1,
     seed: int = 0,
 ) -> onnx.ModelProto:
-    """`layers` residual blocks `h = h + Conv1x1(group_norm(h))`, NCHW."""
+    """`layers` residual blocks `h = h + group_norm(h) @ W` (W mixes the last axis), NCHW."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder(opset)
-    channels = shape[1]
+    width = shape[-1]
     h = "x"
     for _ in range(layers):
         normed = add_group_norm(b, h, shape, spec, rng)
-        weight = b.const(rng.normal(0, 0.3, (channels, channels, 1, 1)), "weight")
-        h = b.op("Add", [h, b.op("Conv", [normed, weight])])
+        weight = b.const(rng.normal(0, 0.3, (width, width)), "weight")
+        h = b.op("Add", [h, b.op("MatMul", [normed, weight])])
     graph = helper.make_graph(
         b.nodes,
         "group_norm_test",

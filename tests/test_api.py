@@ -36,8 +36,8 @@ def test_readme_api_example_runs(tmp_path: Path, capsys, monkeypatch: pytest.Mon
 def test_passes_are_installed_as_normfuse_passes() -> None:
     import normfuse.passes
 
-    assert normfuse.passes.PASS_NAMES == ("layer-norm", "rms-norm", "skip-norm")
-    assert normfuse.passes.DEFAULT_PASS_NAMES == ("layer-norm", "rms-norm")
+    assert normfuse.passes.PASS_NAMES == ("group-norm", "layer-norm", "rms-norm", "skip-norm")
+    assert normfuse.passes.DEFAULT_PASS_NAMES == ("group-norm", "layer-norm", "rms-norm")
     assert Path(normfuse.passes.__file__).parent.name in ("passes",)
     assert os.path.basename(os.path.dirname(normfuse.__file__)) == "normfuse"
 

@@ -1,0 +1,147 @@
+"""The group-norm pass: decomposed group-norm statistics fuse with identical numerics (random and
+adversarial inputs, ORT_DISABLE_ALL); exporters' InstanceNormalization spelling is recognised and
+kept; every hazard is left unchanged with its reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import FLOAT32_ATOL, max_abs_diff, op_counts, random_inputs, run
+
+import normfuse
+from models.builders import (
+    GROUP_NORM_KEPT,
+    GROUP_NORM_NEGATIVES,
+    GROUP_NORM_POSITIVES,
+    LAYER_NORM_PASS_FAMILIES,
+    GroupNormSpec,
+    group_norm_block_model,
+)
+from normfuse.subgraph import as_float64
+
+LAYERS = 2
+SHAPE = ("batch", 8, 5, 5)
+
+
+def adversarial_inputs(shape: tuple[int, ...], seed: int = 0) -> list[np.ndarray]:
+    """Inputs that stress the statistics: a large mean against a small spread, a constant
+    tensor (zero variance), huge and tiny magnitudes, one outlier."""
+    rng = np.random.default_rng(seed)
+    outlier = rng.normal(0, 1, shape)
+    outlier.flat[rng.integers(outlier.size)] = 1e4
+    cases = [
+        1e3 + rng.normal(0, 1e-2, shape),
+        np.full(shape, 0.5),
+        rng.normal(0, 1e4, shape),
+        rng.normal(0, 1e-4, shape),
+        outlier,
+    ]
+    return [case.astype(np.float32) for case in cases]
+
+
+def assert_as_accurate(original: onnx.ModelProto, fused: onnx.ModelProto, x: np.ndarray) -> None:
+    """The fused model is within tolerance of the original, or at least as close as the original
+    to a float64 run of the original."""
+    reference = run(as_float64(original), {"x": x.astype(np.float64)})[0]
+    before, after = run(original, {"x": x})[0], run(fused, {"x": x})[0]
+    assert np.all(np.isfinite(after))
+    scale = max(1.0, float(np.max(np.abs(reference))))
+    if np.max(np.abs(after - before)) <= FLOAT32_ATOL * scale:
+        return
+    assert np.max(np.abs(after - reference)) <= 1.5 * np.max(np.abs(before - reference))
+
+
+def assert_fused(original: onnx.ModelProto, layers: int = LAYERS) -> normfuse.OptimizeResult:
+    """Optimise `original`: one LayerNormalization per group norm, no near-miss, same numerics."""
+    result = normfuse.optimize(original)
+    fused = result.model
+    assert [site.kind for site in result.report.sites] == ["group-norm"] * layers
+    assert result.report.near_misses == []
+    counts = op_counts(fused)
+    assert counts["LayerNormalization"] == layers
+    assert not {"ReduceMean", "Sqrt", "Div", "Pow"} & set(counts)
+    onnx.checker.check_model(fused, full_check=True)
+    feeds = random_inputs(original, {"batch": 3}, seed=1)
+    assert max_abs_diff(original, fused, feeds) <= FLOAT32_ATOL
+    shape = feeds["x"].shape
+    for x in adversarial_inputs(shape):
+        assert_as_accurate(original, fused, x)
+    return result
+
+
+def assert_unchanged(original: onnx.ModelProto, reason: str, passes=None) -> None:
+    result = normfuse.optimize(original, passes=passes)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert reason in [miss.reason for miss in result.report.near_misses]
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORM_POSITIVES))
+def test_fuses_spelling(name: str) -> None:
+    assert_fused(group_norm_block_model(GROUP_NORM_POSITIVES[name], SHAPE, layers=LAYERS))
+
+
+@pytest.mark.parametrize("opset", [13, 16, 18])
+def test_fuses_at_other_opsets(opset: int) -> None:
+    # One layer: below 17, ONNX shape inference loses the rank after Reshape(., Shape(x)), so a
+    # second group norm's input shape is unknown (`unknown-rank`, left alone).
+    spec = GROUP_NORM_POSITIVES["decomposed"]
+    result = assert_fused(group_norm_block_model(spec, SHAPE, opset=opset), layers=1)
+    assert normfuse.targets.default_opset(result.model) == max(opset, 17)
+
+
+def test_fuses_static_diffusion_shape_with_32_groups() -> None:
+    spec = GroupNormSpec(groups=32, spelling="decomposed", silu=True)
+    assert_fused(group_norm_block_model(spec, (1, 64, 6, 6), layers=1), layers=1)
+
+
+def test_emits_layer_norm_over_the_last_axis_of_the_groups() -> None:
+    result = normfuse.optimize(group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], SHAPE))
+    node = next(n for n in result.model.graph.node if n.op_type == "LayerNormalization")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["axis"] == -1 and attrs["stash_type"] == 1
+    assert np.isclose(attrs["epsilon"], 1e-5)
+    assert len(node.input) == 2  # scale of ones; the per-channel affine stays after the Reshape
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORM_KEPT))
+def test_keeps_exporter_instance_norm_spelling(name: str) -> None:
+    assert_unchanged(group_norm_block_model(GROUP_NORM_KEPT[name], SHAPE), "no-faster-form")
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORM_NEGATIVES))
+def test_rejects_hazard(name: str) -> None:
+    spec, shape, reason = GROUP_NORM_NEGATIVES[name]
+    model = group_norm_block_model(spec, shape or SHAPE)
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == model.SerializeToString()
+    assert result.report.near_misses[0].kind == "group-norm"
+    assert result.report.near_misses[0].reason == reason
+
+
+def test_target_onnx_below_opset_17_reports_opset_too_low() -> None:
+    model = group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], SHAPE, opset=16)
+    result = normfuse.optimize(model, target="onnx")
+    assert result.report.sites == []
+    assert "opset-too-low" in {miss.reason for miss in result.report.near_misses}
+
+
+def test_unknown_spatial_dims_are_left_alone() -> None:
+    model = group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], ("batch", 8, "h", 5))
+    assert_unchanged(model, "unknown-shape")
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_NORM_PASS_FAMILIES))
+def test_layer_norm_pass_alone_reports_group_and_instance_norm(name: str) -> None:
+    build, reason = LAYER_NORM_PASS_FAMILIES[name]
+    assert_unchanged(build(), reason, passes="layer-norm,rms-norm")
+    assert_fused(build(), layers=1)
+
+
+def test_optimizing_twice_gives_identical_bytes() -> None:
+    once = normfuse.optimize(group_norm_block_model(GROUP_NORM_POSITIVES["decomposed_silu"], SHAPE))
+    twice = normfuse.optimize(once.model)
+    assert twice.report.sites == []
+    assert twice.model.SerializeToString() == once.model.SerializeToString()
