@@ -3,7 +3,7 @@
 Needs the `models` extra (torch, transformers); the tests only read the committed `.onnx` files and
 `manifest.json`. Run from the repository root:
 
-    pip install -e ".[models]" && python models/export.py
+    pip install -e ".[models]" && python models/export.py [ARCHITECTURE ...]
 
 Each model: hidden size <= 128, 2 layers, exported with PyTorch's TorchScript exporter
 (`dynamo=False`) at each opset in OPSETS. The expected number of layer-norm sites is counted from
@@ -179,6 +179,79 @@ def convnext() -> tuple[torch.nn.Module, dict]:
     return transformers.ConvNextModel(config), {"pixel_values": torch.randn(1, 3, 32, 32)}
 
 
+class ResnetBlock(torch.nn.Module):
+    """A diffusion ResNet block: GroupNorm + SiLU -> Conv3x3, twice, optional time embedding added
+    in between, residual sum (the structure of diffusers' ResnetBlock2D)."""
+
+    def __init__(self, channels: int, temb_channels: int | None, groups: int = 32) -> None:
+        super().__init__()
+        self.norm1 = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+        self.conv1 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        self.time_emb_proj = temb_channels and torch.nn.Linear(temb_channels, channels)
+        self.norm2 = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+        self.conv2 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, temb: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.conv1(torch.nn.functional.silu(self.norm1(x)))
+        if temb is not None:
+            h = h + self.time_emb_proj(torch.nn.functional.silu(temb))[:, :, None, None]
+        h = self.conv2(torch.nn.functional.silu(self.norm2(h)))
+        return x + h
+
+
+class AttentionBlock(torch.nn.Module):
+    """A VAE/UNet mid-block attention: GroupNorm, single-head self-attention over the positions,
+    output projection, residual sum."""
+
+    def __init__(self, channels: int, groups: int = 32) -> None:
+        super().__init__()
+        self.group_norm = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+        self.to_q = torch.nn.Linear(channels, channels)
+        self.to_k = torch.nn.Linear(channels, channels)
+        self.to_v = torch.nn.Linear(channels, channels)
+        self.to_out = torch.nn.Linear(channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, height, width = x.shape
+        h = self.group_norm(x).flatten(2).transpose(1, 2)
+        q, k, v = self.to_q(h), self.to_k(h), self.to_v(h)
+        weights = torch.softmax(q @ k.transpose(1, 2) / channels**0.5, dim=-1)
+        h = self.to_out(weights @ v).transpose(1, 2).reshape(batch, channels, height, width)
+        return x + h
+
+
+class UnetBlock(torch.nn.Module):
+    """A UNet down/mid block: a ResNet block with a time embedding, then attention."""
+
+    def __init__(self, channels: int = 64, temb_channels: int = 128) -> None:
+        super().__init__()
+        self.resnet = ResnetBlock(channels, temb_channels)
+        self.attention = AttentionBlock(channels)
+
+    def forward(self, sample: torch.Tensor, temb: torch.Tensor, return_dict: bool = False):
+        return (self.attention(self.resnet(sample, temb)),)
+
+
+class VaeMidBlock(torch.nn.Module):
+    """A VAE mid block: ResNet block, attention, ResNet block (no time embedding)."""
+
+    def __init__(self, channels: int = 64) -> None:
+        super().__init__()
+        self.resnets = torch.nn.ModuleList([ResnetBlock(channels, None) for _ in range(2)])
+        self.attention = AttentionBlock(channels)
+
+    def forward(self, sample: torch.Tensor, return_dict: bool = False):
+        return (self.resnets[1](self.attention(self.resnets[0](sample))),)
+
+
+def unet_block() -> tuple[torch.nn.Module, dict]:
+    return UnetBlock(), {"sample": torch.randn(1, 64, 16, 16), "temb": torch.randn(1, 128)}
+
+
+def vae_mid_block() -> tuple[torch.nn.Module, dict]:
+    return VaeMidBlock(), {"sample": torch.randn(1, 64, 16, 16)}
+
+
 MODELS = {
     "bert": bert,
     "gpt2": gpt2,
@@ -192,6 +265,8 @@ MODELS = {
     "vit": vit,
     "whisper_encoder": whisper_encoder,
     "convnext": convnext,
+    "unet_block": unet_block,
+    "vae_mid_block": vae_mid_block,
 }
 # (architecture, exporter, opset, dtype) of every committed export.
 EXPORTS = [
@@ -215,6 +290,13 @@ EXPORTS = [
         for exporter, opset in (("torchscript", 16), ("dynamo", 18))
     ),
     ("vit", "torchscript", 16, "float16"),
+    # Group-norm blocks (diffusion UNet and VAE), written here in PyTorch: both exporters write
+    # Reshape -> InstanceNormalization -> Reshape -> Mul -> Add for nn.GroupNorm.
+    *(
+        (name, exporter, opset, "float32")
+        for name in ("unet_block", "vae_mid_block")
+        for exporter, opset in (("torchscript", 17), ("dynamo", 18))
+    ),
 ]
 
 
@@ -248,23 +330,28 @@ def randomise_norms(model: torch.nn.Module) -> None:
                 module.bias.normal_(0.0, 0.5)
             elif is_rms_norm(module):
                 module.weight.uniform_(0.5, 1.5)
+            elif isinstance(module, torch.nn.GroupNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.5)
 
 
 def count_norm_calls(wrapped: torch.nn.Module, inputs: dict) -> dict:
-    """How many times the forward pass calls a layer-norm and an RMS-norm module (norms whose
-    result does not reach the exported output, like ConvNeXt's pooler norm, still count if
-    called; the wrapper returns only the first output, so the pooler is not)."""
-    calls = {"layer_norm_sites": 0, "rms_norm_sites": 0}
+    """How many times the forward pass calls a layer-norm, an RMS-norm and a group-norm module
+    (norms whose result does not reach the exported output, like ConvNeXt's pooler norm, still
+    count if called; the wrapper returns only the first output, so the pooler is not)."""
+    calls = {"layer_norm_sites": 0, "rms_norm_sites": 0, "group_norm_sites": 0}
+
+    def key(module: torch.nn.Module) -> str | None:
+        if isinstance(module, torch.nn.LayerNorm):
+            return "layer_norm_sites"
+        if isinstance(module, torch.nn.GroupNorm):
+            return "group_norm_sites"
+        return "rms_norm_sites" if is_rms_norm(module) else None
 
     def hook(module, *_):
-        key = "layer_norm_sites" if isinstance(module, torch.nn.LayerNorm) else "rms_norm_sites"
-        calls[key] += 1
+        calls[key(module)] += 1
 
-    handles = [
-        module.register_forward_hook(hook)
-        for module in wrapped.modules()
-        if isinstance(module, torch.nn.LayerNorm) or is_rms_norm(module)
-    ]
+    handles = [module.register_forward_hook(hook) for module in wrapped.modules() if key(module)]
     with torch.no_grad():
         wrapped(*inputs.values())
     for handle in handles:
@@ -335,9 +422,15 @@ def export(name: str, exporter: str, opset: int, dtype: str) -> dict:
     return entry
 
 
-def main() -> int:
+def main(names: list[str]) -> int:
+    """Export every model, or (with architecture names) only those, replacing their entries in
+    the existing manifest."""
     OUT_DIR.mkdir(exist_ok=True)
-    entries = [export(*spec) for spec in EXPORTS]
+    chosen = [spec for spec in EXPORTS if not names or spec[0] in names]
+    entries = [export(*spec) for spec in chosen]
+    if names:
+        kept = json.loads((HERE / "manifest.json").read_text())["models"]
+        entries = [entry for entry in kept if entry["architecture"] not in names] + entries
     manifest = {
         "generator": "models/export.py",
         "torch": torch.__version__,
@@ -351,4 +444,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

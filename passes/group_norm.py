@@ -87,6 +87,8 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     _check_channel_affine(back, context, channels, len(shape))
     if "instance_norm" in match:
         raise checks.Reject("no-faster-form", _NO_FASTER_FORM)
+    if inner is None:
+        raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
     io = checks.fused_io(match, context)
     _check_statistics(match, context, 3, (-1,), inner)
     eps = checks.epsilon(match, context)
@@ -120,16 +122,19 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     return checks.fused_site(KIND, match, context, io, 2 - rank, eps, (ones, None))
 
 
-def _check_grouped_shape(shape: tuple, reshape: gs.Node, context: Context) -> tuple[int, int, int]:
-    """(C, G, C/G * prod(S)) when the Reshape turns [N, C, *S] into [N, G, C/G * prod(S)]."""
+def _check_grouped_shape(
+    shape: tuple, reshape: gs.Node, context: Context
+) -> tuple[int, int, int | None]:
+    """(C, G, C/G * prod(S)) when the Reshape turns [N, C, *S] into [N, G, C/G * prod(S)]; the last
+    is None when S is not static (the Reshape must then infer it: -1)."""
     target = context.reader.value(reshape.inputs[1])
     if len(shape) < 3 or target is None or target.shape != (3,):
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
         )
     channels, spatial = shape[1], shape[2:]
-    if not isinstance(channels, int) or not all(isinstance(dim, int) for dim in spatial):
-        raise checks.Reject("unknown-shape", f"channel and spatial dims {shape[1:]} not all static")
+    if not isinstance(channels, int):
+        raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
     batch, groups, rest = (int(value) for value in target)
     zero_copies = not reshape.attrs.get("allowzero", 0)
     batch_kept = (batch == 0 and zero_copies) or (batch > 0 and batch == shape[0])
@@ -139,8 +144,10 @@ def _check_grouped_shape(shape: tuple, reshape: gs.Node, context: Context) -> tu
         raise checks.Reject(
             "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
         )
-    inner = channels // groups * int(np.prod(spatial))
-    if rest not in (-1, inner):
+    inner = None
+    if all(isinstance(dim, int) for dim in spatial):
+        inner = channels // groups * int(np.prod(spatial))
+    if rest != -1 and (inner is None or rest != inner):
         raise checks.Reject("not-channel-groups", f"Reshape to {target.tolist()} of {shape}")
     return channels, groups, inner
 
