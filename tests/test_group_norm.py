@@ -18,6 +18,7 @@ from models.builders import (
     GroupNormSpec,
     group_norm_block_model,
 )
+from normfuse.forms import FormChooser
 from normfuse.subgraph import as_float64
 
 LAYERS = 2
@@ -145,3 +146,28 @@ def test_optimizing_twice_gives_identical_bytes() -> None:
     twice = normfuse.optimize(once.model)
     assert twice.report.sites == []
     assert twice.model.SerializeToString() == once.model.SerializeToString()
+
+
+def test_tune_for_times_group_norm_statistics_against_decomposed() -> None:
+    original = group_norm_block_model(
+        GROUP_NORM_POSITIVES["decomposed_silu"], (1, 8, 5, 5), layers=2
+    )
+    result = normfuse.optimize(original, tune_for="cpu")
+    records = [r for r in result.report.tuning if r.get("family") == "group-norm"]
+    assert len(records) == 1  # one shape, timed once
+    assert records[0]["shape"][1:] == [4, 50]  # the grouped tensor (more rows when isolated)
+    low = records[0]["fused_ratio_interval_95"][0]
+    assert records[0]["choice"] == ("decomposed" if low > 1.0 else "fused")
+    feeds = random_inputs(original, seed=24)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_tune_for_leaves_group_norm_decomposed_where_measured_slower(monkeypatch) -> None:
+    monkeypatch.setattr(FormChooser, "_time_pair", lambda *args: (1.5, (1.4, 1.6)))
+    original = group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], (1, 8, 5, 5), layers=2)
+    result = normfuse.optimize(original, tune_for="cpu")
+    assert result.report.sites == []
+    assert [m.reason for m in result.report.near_misses if m.kind == "group-norm"] == [
+        "measured-slower"
+    ] * 2
+    assert result.model.SerializeToString() == original.SerializeToString()

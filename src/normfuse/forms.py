@@ -110,12 +110,13 @@ class FormChooser:
         base_dir: Path | None,
         types: dict[str, TensorType] | None = None,
     ) -> dict[str, tuple[str, str]]:
-        """Layer/RMS-norm sites whose fused node timed slower than the decomposed subgraph at the
-        site's shape (beyond noise): output -> (reason, detail). Each shape is timed once."""
+        """Layer-, RMS- and group-norm sites whose fused node timed slower than the decomposed
+        subgraph at the site's shape (beyond noise): output -> (reason, detail). Each shape is
+        timed once."""
         types = tensor_types(original) if types is None else types
         slower = {}
         for site in sites:
-            if site.kind not in ("layer-norm", "rms-norm"):
+            if site.kind not in ("layer-norm", "rms-norm", "group-norm"):
                 continue
             pair = isolate(site, original, candidate, types, {}, 0, base_dir)
             if isinstance(pair, str):
