@@ -459,6 +459,13 @@ SPELLING_SOURCES = {
     ("rms-norm", "t5_float16"): "PyTorch, float16 T5 (statistics in float32)",
     ("rms-norm", "scale_before_cast"): "mixed-precision tools (scale before the cast back)",
     ("rms-norm", "pow_minus_half"): "hand-written / JAX-style `rsqrt`",
+    ("group-norm", "decomposed"): "hand-written `nn.GroupNorm` (statistics spelled out)",
+    ("group-norm", "decomposed_silu"): "hand-written, then SiLU `x * Sigmoid(x)` (kept)",
+    (
+        "group-norm",
+        "decomposed_static_reshape",
+    ): "static-shape exports (Reshape back to a constant)",
+    ("group-norm", "instance_norm_affine"): "instance norm with a per-channel affine (G = C)",
 }
 
 
@@ -467,6 +474,7 @@ def spelling_table() -> str:
     registries = {
         "layer-norm": LAYER_NORM_POSITIVES,
         "rms-norm": {**RMS_NORM_POSITIVES, **RMS_NORM_FLOAT16_POSITIVES},
+        "group-norm": GROUP_NORM_POSITIVES,
     }
     lines = ["| family | spelling (builder) | typical source |", "| --- | --- | --- |"]
     for (family, name), source in SPELLING_SOURCES.items():

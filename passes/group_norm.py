@@ -127,19 +127,20 @@ def _check_grouped_shape(
 ) -> tuple[int, int, int | None]:
     """(C, G, C/G * prod(S)) when the Reshape turns [N, C, *S] into [N, G, C/G * prod(S)]; the last
     is None when S is not static (the Reshape must then infer it: -1)."""
-    target = context.reader.value(reshape.inputs[1])
-    if len(shape) < 3 or target is None or target.shape != (3,):
+    target = _shape_entries(reshape.inputs[1], context)
+    x = reshape.inputs[0]
+    if len(shape) < 3 or target is None or len(target) != 3:
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
         )
     channels, spatial = shape[1], shape[2:]
     if not isinstance(channels, int):
         raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
-    batch, groups, rest = (int(value) for value in target)
+    batch, groups, rest = target
     zero_copies = not reshape.attrs.get("allowzero", 0)
-    batch_kept = (batch == 0 and zero_copies) or (batch > 0 and batch == shape[0])
-    if not batch_kept or groups <= 0:
-        raise checks.Reject("not-channel-groups", f"Reshape to {target.tolist()} of {shape}")
+    batch_kept = batch == (x, 0) or (batch == 0 and zero_copies) or _static(batch, shape[0])
+    if not batch_kept or not isinstance(groups, int) or groups <= 0:
+        raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
     if channels % groups:
         raise checks.Reject(
             "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
@@ -148,7 +149,7 @@ def _check_grouped_shape(
     if all(isinstance(dim, int) for dim in spatial):
         inner = channels // groups * int(np.prod(spatial))
     if rest != -1 and (inner is None or rest != inner):
-        raise checks.Reject("not-channel-groups", f"Reshape to {target.tolist()} of {shape}")
+        raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
     return channels, groups, inner
 
 
@@ -164,22 +165,81 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     if len(users) != 1 or not _is(users[0], "Reshape"):
         raise checks.Reject("reshape-not-restored", "the grouped statistics are not reshaped back")
     back = users[0]
-    target = back.inputs[1]
-    source = target.inputs[0] if len(target.inputs) == 1 else None
-    if source is not None and _is(source, "Shape") and source.inputs[0] is x and not source.attrs:
-        return back.outputs[0]
-    value = context.reader.value(target)
-    if value is not None and not back.attrs.get("allowzero", 0):
+    target = _shape_entries(back.inputs[1], context, len(shape))
+    if target is not None and len(target) == len(shape):
         grouped_shape = context.shape(normed) or ()
-        resolved = [
-            grouped_shape[axis] if dim == 0 and axis < len(grouped_shape) else int(dim)
-            for axis, dim in enumerate(value.reshape(-1).tolist())
-        ]
-        if tuple(resolved) == tuple(shape):
+        copies = not back.attrs.get("allowzero", 0)
+        restored = all(
+            entry == (x, axis)
+            or _static(entry, shape[axis])
+            or (entry == 0 and copies and axis < len(grouped_shape) and grouped_shape[axis] == dim)
+            for axis, (entry, dim) in enumerate(zip(target, shape, strict=True))
+        )
+        if restored:
             return back.outputs[0]
     raise checks.Reject(
         "reshape-not-restored", f"the Reshape back does not restore x's shape {list(shape)}"
     )
+
+
+ShapeEntry = int | tuple[gs.Tensor, int]
+
+
+def _shape_entries(
+    tensor: gs.Tensor, context: Context, rank: int | None = None
+) -> list[ShapeEntry] | None:
+    """A 1-D shape tensor as entries: ints, or (t, k) for "dim k of tensor t" (`Shape(t)`, or
+    TorchScript's `Concat(Unsqueeze(Gather(Shape(t), k)), ...)`); None when not decidable."""
+    value = context.reader.value(tensor)
+    if value is not None:
+        return [int(entry) for entry in value.reshape(-1).tolist()] if value.ndim == 1 else None
+    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if node is None:
+        return None
+    if _is(node, "Shape") and not node.attrs:
+        source_shape = context.shape(node.inputs[0])
+        count = len(source_shape) if source_shape is not None else rank
+        return None if count is None else [(node.inputs[0], axis) for axis in range(count)]
+    if _is(node, "Concat") and node.attrs.get("axis") == 0:
+        parts = [_shape_entries(part, context) for part in node.inputs]
+        return None if any(part is None for part in parts) else [e for p in parts for e in p]
+    if _is(node, "Unsqueeze") and _unsqueezes_axis_0(node, context):
+        entry = _scalar_entry(node.inputs[0], context)
+        return None if entry is None else [entry]
+    return None
+
+
+def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
+    if "axes" in node.attrs:
+        return list(node.attrs["axes"]) == [0]
+    axes = context.reader.value(node.inputs[1]) if len(node.inputs) > 1 else None
+    return axes is not None and axes.reshape(-1).tolist() == [0]
+
+
+def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
+    """A scalar constant, or `Gather(Shape(t), k)` (dim k of t)."""
+    value = context.reader.value(tensor)
+    if value is not None:
+        return int(value) if value.size == 1 and value.ndim == 0 else None
+    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if node is None or not _is(node, "Gather") or node.attrs.get("axis", 0) != 0:
+        return None
+    shape_node = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
+    index = context.reader.value(node.inputs[1])
+    if shape_node is None or not _is(shape_node, "Shape") or shape_node.attrs:
+        return None
+    if index is None or index.ndim != 0 or int(index) < 0:
+        return None
+    return (shape_node.inputs[0], int(index))
+
+
+def _static(entry: ShapeEntry, dim: int | str | None) -> bool:
+    """A positive static entry equal to the static dim `dim`."""
+    return isinstance(entry, int) and entry > 0 and entry == dim
+
+
+def _show(entries: list[ShapeEntry]) -> list:
+    return [e if isinstance(e, int) else f"dim {e[1]} of {e[0].name!r}" for e in entries]
 
 
 def _check_instance_norm(match: Match, context: Context, groups: int) -> None:

@@ -8,6 +8,8 @@ One group norm (32 groups, per-channel scale and bias) of x [1, C, H, W] float32
 - `layer-norm`: the statistics as LayerNormalization(axis=-1) of the [N, G, -1] tensor;
 - `group-norm-21`: one GroupNormalization-21 node (a model at opset 21; what dynamo writes there);
 - `normfuse`: what `normfuse.optimize` makes of `decomposed` (with --passes group-norm).
+`com.microsoft.GroupNorm` is not timed: the script shows that ORT cannot create a CPU session
+for it.
 Timed side by side in interleaved rounds (`normfuse.bench`), ORT levels disable and all, one
 intra-op thread by default. The first model of each group is the baseline of the ratios.
 
@@ -22,6 +24,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 import normfuse
@@ -93,6 +96,34 @@ def group_normalization_21(shape: tuple[int, ...]) -> onnx.ModelProto:
     return _model([node], _params(shape[1]), shape, 21)
 
 
+def microsoft_group_norm(shape: tuple[int, ...]) -> onnx.ModelProto:
+    """ONNX Runtime's com.microsoft.GroupNorm (NHWC input, SiLU as `activation=1`)."""
+    channels = shape[1]
+    nhwc = (shape[0], *shape[2:], channels)
+    node = helper.make_node(
+        "GroupNorm",
+        ["x", "gamma", "beta"],
+        ["y"],
+        domain="com.microsoft",
+        groups=GROUPS,
+        epsilon=1e-5,
+        activation=0,
+        channels_last=1,
+    )
+    model = _model([node], _params(channels), nhwc, 17)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return model
+
+
+def cpu_support(model: onnx.ModelProto) -> str:
+    """'runs', or ONNX Runtime's error when it cannot create a CPU session for `model`."""
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as error:  # ORT raises its own exception types
+        return f"no CPU session: {str(error).splitlines()[0][:160]}"
+    return "runs"
+
+
 def forms(shape: tuple[int, ...]) -> list[bench.BenchModel]:
     """Every form of one group norm at `shape`, the decomposed spelling first."""
     decomposed = spelled(shape, "decomposed")
@@ -120,6 +151,8 @@ def main() -> int:
     options = bench.BenchOptions(
         levels=("disable", "all"), threads=args.threads, runs=args.runs, warmup=args.warmup
     )
+    print(f"onnxruntime {ort.__version__}")
+    print(f"com.microsoft.GroupNorm on CPU: {cpu_support(microsoft_group_norm(SHAPES[-1]))}")
     for text in args.shapes.split(","):
         shape = _shape(text)
         print(f"\n## x {list(shape)}, {GROUPS} groups")
