@@ -179,16 +179,38 @@ def convnext() -> tuple[torch.nn.Module, dict]:
     return transformers.ConvNextModel(config), {"pixel_values": torch.randn(1, 3, 32, 32)}
 
 
+class HandWrittenGroupNorm(torch.nn.Module):
+    """nn.GroupNorm written out (as codebases do to control the statistics' precision): both
+    exporters then write the statistics as elementary ops between the two Reshapes."""
+
+    def __init__(self, groups: int, channels: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.groups, self.eps = groups, eps
+        self.weight = torch.nn.Parameter(torch.ones(channels))
+        self.bias = torch.nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, height, width = x.shape
+        grouped = x.reshape(batch, self.groups, -1)
+        mean = grouped.mean(-1, keepdim=True)
+        variance = grouped.var(-1, keepdim=True, unbiased=False)
+        grouped = (grouped - mean) / torch.sqrt(variance + self.eps)
+        normed = grouped.reshape(batch, channels, height, width)
+        return normed * self.weight[:, None, None] + self.bias[:, None, None]
+
+
 class ResnetBlock(torch.nn.Module):
     """A diffusion ResNet block: GroupNorm + SiLU -> Conv3x3, twice, optional time embedding added
     in between, residual sum (the structure of diffusers' ResnetBlock2D)."""
 
-    def __init__(self, channels: int, temb_channels: int | None, groups: int = 32) -> None:
+    def __init__(
+        self, channels: int, temb_channels: int | None, groups: int = 32, norm=torch.nn.GroupNorm
+    ) -> None:
         super().__init__()
-        self.norm1 = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+        self.norm1 = norm(groups, channels, eps=1e-6)
         self.conv1 = torch.nn.Conv2d(channels, channels, 3, padding=1)
         self.time_emb_proj = temb_channels and torch.nn.Linear(temb_channels, channels)
-        self.norm2 = torch.nn.GroupNorm(groups, channels, eps=1e-6)
+        self.norm2 = norm(groups, channels, eps=1e-6)
         self.conv2 = torch.nn.Conv2d(channels, channels, 3, padding=1)
 
     def forward(self, x: torch.Tensor, temb: torch.Tensor | None = None) -> torch.Tensor:
@@ -235,9 +257,11 @@ class UnetBlock(torch.nn.Module):
 class VaeMidBlock(torch.nn.Module):
     """A VAE mid block: ResNet block, attention, ResNet block (no time embedding)."""
 
-    def __init__(self, channels: int = 64) -> None:
+    def __init__(self, channels: int = 64, norm=torch.nn.GroupNorm) -> None:
         super().__init__()
-        self.resnets = torch.nn.ModuleList([ResnetBlock(channels, None) for _ in range(2)])
+        self.resnets = torch.nn.ModuleList(
+            [ResnetBlock(channels, None, norm=norm) for _ in range(2)]
+        )
         self.attention = AttentionBlock(channels)
 
     def forward(self, sample: torch.Tensor, return_dict: bool = False):
@@ -250,6 +274,12 @@ def unet_block() -> tuple[torch.nn.Module, dict]:
 
 def vae_mid_block() -> tuple[torch.nn.Module, dict]:
     return VaeMidBlock(), {"sample": torch.randn(1, 64, 16, 16)}
+
+
+def vae_mid_block_hand_written() -> tuple[torch.nn.Module, dict]:
+    """The VAE mid block with its ResNet blocks' group norms written out (attention keeps
+    nn.GroupNorm)."""
+    return VaeMidBlock(norm=HandWrittenGroupNorm), {"sample": torch.randn(1, 64, 16, 16)}
 
 
 MODELS = {
@@ -267,6 +297,7 @@ MODELS = {
     "convnext": convnext,
     "unet_block": unet_block,
     "vae_mid_block": vae_mid_block,
+    "vae_mid_block_hand_written": vae_mid_block_hand_written,
 }
 # (architecture, exporter, opset, dtype) of every committed export.
 EXPORTS = [
@@ -291,10 +322,11 @@ EXPORTS = [
     ),
     ("vit", "torchscript", 16, "float16"),
     # Group-norm blocks (diffusion UNet and VAE), written here in PyTorch: both exporters write
-    # Reshape -> InstanceNormalization -> Reshape -> Mul -> Add for nn.GroupNorm.
+    # Reshape -> InstanceNormalization -> Reshape -> Mul -> Add for nn.GroupNorm, elementary
+    # statistics for a hand-written one.
     *(
         (name, exporter, opset, "float32")
-        for name in ("unet_block", "vae_mid_block")
+        for name in ("unet_block", "vae_mid_block", "vae_mid_block_hand_written")
         for exporter, opset in (("torchscript", 17), ("dynamo", 18))
     ),
 ]
@@ -330,7 +362,7 @@ def randomise_norms(model: torch.nn.Module) -> None:
                 module.bias.normal_(0.0, 0.5)
             elif is_rms_norm(module):
                 module.weight.uniform_(0.5, 1.5)
-            elif isinstance(module, torch.nn.GroupNorm):
+            elif isinstance(module, torch.nn.GroupNorm | HandWrittenGroupNorm):
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0.0, 0.5)
 
@@ -344,7 +376,7 @@ def count_norm_calls(wrapped: torch.nn.Module, inputs: dict) -> dict:
     def key(module: torch.nn.Module) -> str | None:
         if isinstance(module, torch.nn.LayerNorm):
             return "layer_norm_sites"
-        if isinstance(module, torch.nn.GroupNorm):
+        if isinstance(module, torch.nn.GroupNorm | HandWrittenGroupNorm):
             return "group_norm_sites"
         return "rms_norm_sites" if is_rms_norm(module) else None
 

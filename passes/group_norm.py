@@ -41,7 +41,32 @@ KIND = "group-norm"
 _INSTANCE_NORM = Op(
     "InstanceNormalization", Var("x"), Const("in_scale"), Const("in_bias"), name="instance_norm"
 )
-PATTERNS = (STATISTICS, _INSTANCE_NORM)
+# PyTorch dynamo's `torch.var(unbiased=False)` in a hand-written group norm: the variance centres
+# x on a mean of its own and reduces without keepdims, then a Reshape puts the axis back.
+_mean = Op("ReduceMean", Var("x"), name="mean", extra_inputs=True)
+_variance_centered = Op(
+    "Sub",
+    Var("x"),
+    Op("ReduceMean", Var("x"), name="variance_mean", extra_inputs=True),
+    name="variance_centered",
+)
+_reshaped_variance = Op(
+    "Reshape",
+    Op(
+        "ReduceMean",
+        Op("Mul", _variance_centered, _variance_centered),
+        name="variance_reduce",
+        extra_inputs=True,
+    ),
+    Const("variance_shape"),
+)
+_DYNAMO_VAR = Op(
+    "Div",
+    Op("Sub", Var("x"), _mean, name="centered"),
+    Op("Sqrt", Op("Add", _reshaped_variance, Const("epsilon"), name="shifted")),
+    name="normed",
+)
+PATTERNS = (STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
 _NO_FASTER_FORM = (
     "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
@@ -90,7 +115,7 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     if inner is None:
         raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
     io = checks.fused_io(match, context)
-    _check_statistics(match, context, 3, (-1,), inner)
+    _check_statistics(match, context, 3, (-1,), inner, (shape[0], groups, 1))
     eps = checks.epsilon(match, context)
     return checks.fused_site(KIND, match, context, io, -1, eps, (np.ones(inner, io.dtype), None))
 
@@ -99,8 +124,8 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     """G = C: statistics over the positions of x [N, C, *S] itself, then a per-channel affine
     (which the layer-norm pass refuses, `gamma-shape`). Statistics with no such affine after them
     are the layer-norm pass's."""
-    if "instance_norm" in match:
-        return None  # a plain InstanceNormalization node: already fused
+    if "instance_norm" in match or "variance_mean" in match:
+        return None  # a plain InstanceNormalization node (already fused), or not a group norm
     shape = context.shape(match["x"])
     users = match.root.outputs
     if shape is None or len(shape) < 3 or len(users) != 1 or not _is_affine(users[0], context):
@@ -257,20 +282,43 @@ def _check_instance_norm(match: Match, context: Context, groups: int) -> None:
 
 
 def _check_statistics(
-    match: Match, context: Context, rank: int, axes: tuple[int, ...], count: int
+    match: Match,
+    context: Context,
+    rank: int,
+    axes: tuple[int, ...],
+    count: int,
+    kept_shape: tuple | None = None,
 ) -> None:
-    """The layer-norm statistics of `match` reduce exactly `axes` with divisor `count`."""
+    """The layer-norm statistics of `match` reduce exactly `axes` with divisor `count`; a variance
+    reduced without keepdims must be reshaped to `kept_shape` (the shape with keepdims)."""
     if "std_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
     if "centered_cast" in match:
         raise checks.Reject("cast-types", "x - mean is cast inside the statistics")
     reducers = [match.node("mean"), match.node("variance_reduce")]
+    if "variance_mean" in match:
+        reducers[1] = match.node("variance_mean")
+        _check_reshaped_variance(match, context, rank, kept_shape)
     found = checks.reduction_axes(reducers, rank, context)
     if found != axes:
         raise checks.Reject(
             "group-statistics-axes", f"statistics over axes {found}, not {axes} of the groups"
         )
     checks.check_divisor(match, context, count)
+
+
+def _check_reshaped_variance(
+    match: Match, context: Context, rank: int, kept_shape: tuple | None
+) -> None:
+    """The variance reduces the axes its mean does, and its Reshape restores the reduced axis."""
+    reduce, mean = match.node("variance_reduce"), match.node("variance_mean")
+    if reduce_axes(reduce, rank, context.reader) != reduce_axes(mean, rank, context.reader):
+        raise checks.Reject("mismatched-axes", "the variance reduces other axes than its mean")
+    target = context.reader.value(match["variance_shape"])
+    if target is None or kept_shape is None or tuple(target.reshape(-1).tolist()) != kept_shape:
+        raise checks.Reject(
+            "reshape-not-restored", f"the variance is reshaped to {target}, not {kept_shape}"
+        )
 
 
 def _is(node: gs.Node, op: str) -> bool:

@@ -36,6 +36,7 @@ DECOMPOSED_OPS = {
     "Constant",
     "Cast",
     "Reciprocal",
+    "Reshape",  # the variance's Reshape in dynamo's hand-written group norm
 }
 
 
@@ -55,7 +56,8 @@ def test_fuses_every_norm_of_real_export(entry: dict) -> None:
     assert counts["LayerNormalization"] == layer_norms + kinds["group-norm"]
     assert counts["SimplifiedLayerNormalization"] + counts["RMSNormalization"] == rms_norms
     assert set(op_counts(original) - counts) <= DECOMPOSED_OPS
-    assert_scales_absorbed(result.model)
+    group_outputs = {site.output for site in result.report.sites if site.kind == "group-norm"}
+    assert_scales_absorbed(result.model, group_outputs)
     if not result.report.ort_only:
         onnx.checker.check_model(result.model, full_check=True)
     feeds = random_inputs(original, entry["dims"], seed=5, int_high=entry["int_input_high"])
@@ -68,21 +70,32 @@ def test_fuses_every_norm_of_real_export(entry: dict) -> None:
 
 
 def assert_group_norms(entry: dict, result: normfuse.OptimizeResult, before: Counter) -> None:
-    """Every group norm is fused, or recognised and kept as the exporter's InstanceNormalization
-    form (`no-faster-form`); nothing else is reported."""
-    kept = [miss for miss in result.report.near_misses if miss.reason == "no-faster-form"]
-    assert [miss.kind for miss in kept] == ["group-norm"] * len(kept)
-    assert len(kept) == len(result.report.near_misses)
+    """Every group norm is fused, kept as the exporter's InstanceNormalization form
+    (`no-faster-form`), or left where shape inference lost its spatial dims (`unknown-shape`; the
+    layer-norm pass then reports the same statistics as `group-norm`); nothing else is reported."""
+    misses = Counter((miss.kind, miss.reason) for miss in result.report.near_misses)
+    kept, unknown = (
+        misses[("group-norm", "no-faster-form")],
+        misses[("group-norm", "unknown-shape")],
+    )
+    assert misses == Counter(
+        {
+            ("group-norm", "no-faster-form"): kept,
+            ("group-norm", "unknown-shape"): unknown,
+            ("layer-norm", "group-norm"): unknown,
+        }
+    )
     fused = sum(site.kind == "group-norm" for site in result.report.sites)
     expected = entry.get("group_norm_sites", 0)
-    assert fused + len(kept) + before["GroupNormalization"] == expected
+    assert fused + kept + unknown + before["GroupNormalization"] == expected
 
 
-def assert_scales_absorbed(model: onnx.ModelProto) -> None:
-    """The exports' norm scales are random: a fused node whose scale is all ones lost it."""
+def assert_scales_absorbed(model: onnx.ModelProto, group_outputs: set[str]) -> None:
+    """The exports' norm scales are random: a fused node whose scale is all ones lost it (group
+    norms' statistics excepted: their per-channel affine stays after the Reshape back)."""
     initializers = {tensor.name: tensor for tensor in model.graph.initializer}
     for node in model.graph.node:
-        if node.op_type in FUSED_OPS:
+        if node.op_type in FUSED_OPS and node.output[0] not in group_outputs:
             scale = onnx.numpy_helper.to_array(initializers[node.input[1]])
             assert not np.allclose(scale, 1.0), node.name
 
