@@ -465,6 +465,7 @@ SPELLING_SOURCES = {
         "group-norm",
         "decomposed_static_reshape",
     ): "static-shape exports (Reshape back to a constant)",
+    ("group-norm", "dynamo_hand_written"): "PyTorch dynamo, hand-written group norm (`torch.var`)",
     ("group-norm", "instance_norm_affine"): "instance norm with a per-channel affine (G = C)",
 }
 
@@ -550,8 +551,11 @@ class GroupNormSpec:
     groups: int = 4
     # instance_norm: InstanceNormalization(ones[G], zeros[G]) between the Reshapes (TorchScript,
     # dynamo at opset 18) | decomposed: layer-norm-style statistics between them (`stats`) |
-    # instance_affine: no Reshapes, statistics over H, W, per-channel affine (the G = C case)
+    # instance_affine: no Reshapes, statistics over H, W, per-channel affine (the G = C case) |
+    # dynamo_var: dynamo's torch.var (own mean, ReduceMean without keepdims, Reshape [N, G, 1])
     spelling: str = "instance_norm"
+    variance_shape: tuple[int, ...] | None = None  # dynamo_var: None is [N, G, 1]
+    variance_axes: tuple[int, ...] = (-1,)  # dynamo_var: axes the variance reduces
     stats: LayerNormSpec = LayerNormSpec(scale=False, bias=False)
     grouped_shape: tuple[int, ...] | None = None  # None: (0, G, -1)
     reshape_back: str = "shape_of_x"  # shape_of_x (TorchScript) | static (dynamo) | flat
@@ -583,6 +587,8 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
                 [grouped, b.const(scale, "ones"), b.const(bias, "zeros")],
                 epsilon=spec.epsilon,
             )
+        elif spec.spelling == "dynamo_var":
+            normed = _dynamo_variance_norm(b, grouped, shape, groups, spec)
         else:
             stats = dataclasses.replace(spec.stats, epsilon=spec.epsilon)
             dims = shape[1:]
@@ -606,6 +612,19 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
     if spec.silu:
         out = b.op("Mul", [out, b.op("Sigmoid", [out])])
     return out
+
+
+def _dynamo_variance_norm(
+    b: GraphBuilder, grouped: str, shape: tuple, groups: int, spec: GroupNormSpec
+) -> str:
+    """(g - mean) / sqrt(var + eps) with var as PyTorch dynamo writes torch.var(unbiased=False)."""
+    mean = b.reduce("ReduceMean", grouped, (-1,))
+    deviation = b.op("Sub", [grouped, b.reduce("ReduceMean", grouped, (2,))])
+    variance = b.reduce("ReduceMean", b.op("Mul", [deviation, deviation]), spec.variance_axes, 0)
+    kept = spec.variance_shape or (shape[0], groups, 1)
+    variance = b.op("Reshape", [variance, b.const(kept, "variance_shape", np.int64)])
+    std = b.op("Sqrt", [b.op("Add", [variance, b.const(spec.epsilon, "epsilon")])])
+    return b.op("Div", [b.op("Sub", [grouped, mean]), std])
 
 
 def group_norm_block_model(
@@ -647,6 +666,7 @@ GROUP_NORM_POSITIVES = {
     ),
     "decomposed_silu": dataclasses.replace(_DECOMPOSED, silu=True),
     "decomposed_static_reshape": dataclasses.replace(_DECOMPOSED, reshape_back="static"),
+    "dynamo_hand_written": GroupNormSpec(spelling="dynamo_var", reshape_back="static"),
     "decomposed_no_affine": dataclasses.replace(_DECOMPOSED, scale=False, bias=False),
     "decomposed_bias_only": dataclasses.replace(_DECOMPOSED, scale=False),
     "decomposed_one_group": dataclasses.replace(_DECOMPOSED, groups=1),
@@ -702,4 +722,14 @@ GROUP_NORM_NEGATIVES = {
     "statistics_over_groups": (_stats(axes=(1,)), None, "non-trailing-axes"),
     "statistics_over_whole_sample": (_stats(axes=(-2, -1)), None, "group-statistics-axes"),
     "unbiased_variance": (_stats(variance="sum_over_d_minus_1"), None, "unbiased-variance"),
+    "dynamo_variance_over_other_axes": (
+        GroupNormSpec(spelling="dynamo_var", reshape_back="static", variance_axes=(1,)),
+        (1, 8, 5, 5),
+        "mismatched-axes",
+    ),
+    "dynamo_variance_reshaped_wrongly": (
+        GroupNormSpec(spelling="dynamo_var", reshape_back="static", variance_shape=(1, 1, 4)),
+        (1, 8, 5, 5),
+        "reshape-not-restored",
+    ),
 }
