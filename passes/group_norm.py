@@ -90,16 +90,22 @@ class GroupNormPass:
         """A `Site` if `match` is the statistics of exactly group normalisation; raises `Reject`
         with the reason. None for statistics that are not inside a group norm's structure (layer
         norms, instance norms without a per-channel affine: the layer-norm pass decides those)."""
-        grouping = _grouping(match["x"], context)
+        grouping = _grouping(match, context)
         if grouping is None:
             return _instance_norm_site(match, context)
         return _group_site(match, context, grouping)
 
 
-def _grouping(grouped: gs.Tensor, context: Context) -> tuple[gs.Tensor, gs.Node] | None:
-    """(x, the Reshape) when `grouped` is a Reshape of x."""
-    found = match_first(_RESHAPE, grouped, context.reader)
-    return None if found is None else (found["ungrouped"], found.node("grouped"))
+def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | None:
+    """(x, the Reshape) when the statistics read a Reshape of x and their result (after any
+    constant scale or bias) is reshaped again: the shape of a group norm, to be checked."""
+    found = match_first(_RESHAPE, match["x"], context.reader)
+    chain = _affine_chain(match.root, context)
+    result = chain[-1].outputs[0] if chain else match.root
+    users = result.outputs
+    if found is None or not users or not all(_is(user, "Reshape") for user in users):
+        return None
+    return found["ungrouped"], found.node("grouped")
 
 
 def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.Node]) -> Site:

@@ -15,7 +15,10 @@ from models.builders import (
     GROUP_NORM_NEGATIVES,
     GROUP_NORM_POSITIVES,
     LAYER_NORM_PASS_FAMILIES,
+    GraphBuilder,
     GroupNormSpec,
+    LayerNormSpec,
+    add_layer_norm,
     group_norm_block_model,
 )
 from normfuse.forms import FormChooser
@@ -173,3 +176,25 @@ def test_tune_for_leaves_group_norm_decomposed_where_measured_slower(monkeypatch
         "measured-slower"
     ] * 2
     assert result.model.SerializeToString() == original.SerializeToString()
+
+
+def test_layer_norm_of_a_reshaped_tensor_is_no_group_norm() -> None:
+    """Statistics of a Reshape output that is not reshaped back: a layer norm, fused by that
+    pass, with no group-norm near-miss."""
+    b = GraphBuilder(17)
+    reshaped = b.op("Reshape", ["x", b.const([0, 7, 32], "shape", np.int64)])
+    out = add_layer_norm(b, reshaped, (None, 7, 32), LayerNormSpec(), np.random.default_rng(0))
+    graph = onnx.helper.make_graph(
+        b.nodes,
+        "reshaped_layer_norm",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 224])],
+        [onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, ["batch", 7, 32])],
+        b.initializers,
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert result.report.near_misses == []
+    feeds = random_inputs(model, seed=3)
+    assert max_abs_diff(model, result.model, feeds) <= FLOAT32_ATOL
