@@ -209,8 +209,9 @@ def _finalise(
     opset_needed = max(site.opset for site in sites)
     if opset_needed > targets.default_opset(original):
         targets.set_default_opset(optimised, opset_needed)
-    for domain in sorted({site.domain for site in sites} - {"", "ai.onnx"}):
-        targets.import_domain(optimised, domain)
+    for domain in sorted({site.domain for site in sites} - {"ai.onnx"}):
+        version = targets.default_opset(optimised) if domain == "" else 1
+        targets.import_domain(optimised, domain, version)
     guard.check_output(original, optimised, any(site.ort_only for site in sites))
     return optimised
 
@@ -259,7 +260,6 @@ def _name(model: ModelLike) -> str | None:
     return None if isinstance(model, onnx.ModelProto) else os.fspath(model)
 
 
-
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -295,4 +295,3 @@ def _export(
     optimised.graph.name = original.graph.name
     optimised.graph.doc_string = original.graph.doc_string
     return optimised
-
