@@ -272,7 +272,9 @@ def _load(path: Path) -> tuple[LoadedModel, set[Path]]:
 def _optimize(args: argparse.Namespace) -> int:
     output = _output_path(args)
     loaded, inputs = _load(args.model)
-    with OutputPlan(inputs - {args.model} if args.in_place else inputs) as plan:
+    if args.in_place:  # MODEL itself may be replaced, its external data never
+        inputs = external_files(loaded.model, loaded.base_dir)
+    with OutputPlan(inputs) as plan:
         label = "--in-place" if args.in_place else "-o"
         output = plan_save(plan, output, loaded.model, loaded.base_dir, label, args.in_place)
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
@@ -463,7 +465,7 @@ def _output_path(args: argparse.Namespace) -> Path:
         return args.model
     if args.output is None:
         raise NormfuseError("give -o OUT (or --in-place to replace MODEL)")
-    if args.output.exists() and args.output.resolve() == args.model.resolve():
+    if os.path.exists(args.output) and args.output.resolve() == args.model.resolve():
         raise NormfuseError("-o is the input model; use --in-place to replace it")
     return args.output
 

@@ -30,6 +30,7 @@ from typing import BinaryIO
 from normfuse.errors import NormfuseError
 
 STDOUT = "-"
+_NAME_MAX = 255
 _TEMP_PREFIX_CHARS = 64
 
 
@@ -61,20 +62,19 @@ class OutputPlan:
     def protect(self, path: str | os.PathLike) -> None:
         """Never write `path` (as given, or what it resolves to)."""
         path = Path(path)
-        self._protected_paths |= {_lexical(path), path.resolve()}
+        with contextlib.suppress(NormfuseError):
+            self._protected_paths |= {_lexical(path, ""), _resolve(path, "")}
         with contextlib.suppress(OSError):
             info = path.stat()
             self._protected_ids.add((info.st_dev, info.st_ino))
 
-    def add(
-        self, path: str | os.PathLike, label: str, allow_stdout: bool = False
-    ) -> Path | None:
+    def add(self, path: str | os.PathLike, label: str, allow_stdout: bool = False) -> Path | None:
         """Check the destination `path` (named `label` in errors) and reserve it; returns the
         destination to stage, or None for `-` (standard output) where `allow_stdout`."""
         if allow_stdout and os.fspath(path) == STDOUT:
             return None
-        destination = _lexical(Path(path))
         where = f"{label} {os.fspath(path)}"
+        destination = _lexical(Path(path), where)
         self._check_new(destination, where)
         info = _lstat(destination)
         mode, owner = _new_file_mode(), None
@@ -89,13 +89,15 @@ class OutputPlan:
 
     def add_in_place(self, path: str | os.PathLike, label: str = "--in-place") -> Path:
         """Reserve the file `path` resolves to, to be replaced; it keeps its mode and owner."""
-        destination = Path(path).resolve()
         where = f"{label} {os.fspath(path)}"
+        destination = _resolve(_lexical(Path(path), where), where)
         info = _lstat(destination)
         if info is None:
             raise NormfuseError(f"{where}: no such file")
         _check_kind(info, where)
         _check_folder(destination, where)
+        if destination in self._protected_paths or _file_id(destination) in self._protected_ids:
+            raise NormfuseError(f"{where}: is also one of the model's external-data files")
         if destination in self._entries:
             raise NormfuseError(f"{where}: is also another output")
         self._entries[destination] = _Entry(
@@ -128,7 +130,9 @@ class OutputPlan:
         self._remove_temp(entry)
         prefix = f".{destination.name[:_TEMP_PREFIX_CHARS]}."
         try:
-            handle, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=destination.parent)
+            handle, name = tempfile.mkstemp(
+                prefix=prefix, suffix=".tmp" + _short_suffix(destination), dir=destination.parent
+            )
         except OSError as error:
             raise NormfuseError(f"cannot write {destination}: {error.strerror or error}") from None
         os.close(handle)
@@ -169,7 +173,9 @@ class OutputPlan:
         self.discard()
 
     def _check_new(self, destination: Path, where: str) -> None:
-        resolved = destination.resolve()
+        resolved = _resolve(destination, where)
+        if any(map(_is_system_path, (destination, resolved, *_link_targets(destination)))):
+            raise NormfuseError(f"{where}: is in /dev, /proc or /sys (or a link there), not a file")
         if {destination, resolved} & self._protected_paths or _file_id(resolved) in (
             self._protected_ids
         ):
@@ -185,18 +191,53 @@ class OutputPlan:
             entry.temp = None
 
 
-def _lexical(path: Path) -> Path:
+def _lexical(path: Path, where: str) -> Path:
     """`path` made absolute with its folder resolved and its last component kept (a link at the
     destination stays a link)."""
-    if path.name in ("", ".", ".."):
+    name = path.name
+    if len(os.fsencode(name)) > _NAME_MAX:
+        raise NormfuseError(f"{where}: file name longer than {_NAME_MAX} bytes")
+    if name in ("", ".", ".."):
+        return _resolve(path, where)
+    return _resolve(path.absolute().parent, where) / name
+
+
+def _resolve(path: Path, where: str) -> Path:
+    try:
         return path.resolve()
-    return path.absolute().parent.resolve() / path.name
+    except (OSError, RuntimeError) as error:  # a link loop, a name too long
+        raise NormfuseError(f"{where}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _link_targets(path: Path) -> list[Path]:
+    """What a chain of symbolic links at `path` names, step by step (as written, made absolute),
+    so that a link into /proc is seen even where the kernel resolves it elsewhere."""
+    targets: list[Path] = []
+    while path.is_symlink() and len(targets) < 40:
+        path = Path(os.path.normpath(path.parent / os.readlink(path)))
+        targets.append(path)
+    return targets
+
+
+def _is_system_path(path: Path) -> bool:
+    """Under /dev (but /dev/shm), /proc or /sys: never replaced, even where root could."""
+    parts = path.parts[1:3]
+    if not parts:
+        return False
+    return parts[0] in ("proc", "sys") or (parts[0] == "dev" and parts[1:] != ("shm",))
+
+
+def _short_suffix(destination: Path) -> str:
+    """The destination's extension, kept on its temporary file for writers that infer the format
+    from the name (matplotlib)."""
+    suffix = destination.suffix
+    return suffix if len(suffix) <= 8 and suffix[1:].isalnum() else ""
 
 
 def _lstat(path: Path) -> os.stat_result | None:
     try:
         return path.lstat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
         raise NormfuseError(f"{path}: {error.strerror or error}") from None
@@ -242,9 +283,17 @@ def _check_folder(destination: Path, where: str) -> None:
     try:
         name_max = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError):
-        name_max = 255
+        name_max = _NAME_MAX
     if len(os.fsencode(destination.name)) > name_max:
         raise NormfuseError(f"{where}: file name longer than {name_max} bytes")
+    try:  # the folder may still refuse new files (read-only filesystem, special folder)
+        handle, probe = tempfile.mkstemp(prefix=".normfuse.", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise NormfuseError(
+            f"{where}: cannot create files in {folder} ({error.strerror})"
+        ) from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 def _new_file_mode() -> int:
@@ -285,6 +334,7 @@ def _signals_held() -> Iterator[None]:
 def terminate_as_exception() -> Iterator[None]:
     """While active, SIGTERM raises `Terminated` (so cleanup runs) instead of killing the process
     outright; the previous handler is restored afterwards. A no-op outside the main thread."""
+
     def raise_terminated(signum: int, frame: object) -> None:
         raise Terminated
 
