@@ -162,8 +162,14 @@ def check_external_location(tensor: onnx.TensorProto, base_dir: Path) -> Path:
     file = base_dir / location
     try:
         inside = file.resolve().is_relative_to(base_dir.resolve())
-        if file.is_symlink() or not inside:
+        if not inside:
             raise NormfuseError(f"{where} leaves the model's folder through a symbolic link")
+        if any(
+            prefix.is_symlink()
+            for prefix in [file, *file.parents]
+            if prefix != base_dir and prefix.is_relative_to(base_dir)
+        ):
+            raise NormfuseError(f"{where} passes through a symbolic link (ONNX refuses those)")
         if not file.is_file():
             raise NormfuseError(f"{where}: file {file} is missing")
         size = file.stat().st_size

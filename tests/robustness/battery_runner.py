@@ -26,11 +26,12 @@ class Run:
     """What a case runs and what it expects.
 
     `argv`: normfuse's arguments (or `call`: a Python API call that must raise NormfuseError or
-    return); `code`: the exit code (-1: 0 or 2, either is fine); `writes`: names (relative to the case folder) that a
-    successful run may create or replace; `message`: text the error line must contain;
-    `subprocess`: run `python -m normfuse` (with `signal` sent `after` seconds, `stdout` "closed",
-    "full" or "broken", `user` "nobody", `fsize` an RLIMIT_FSIZE); `umask`: the umask to run
-    under; `check`: a function of the case folder asserting more.
+    return); `code`: the exit code (-1: 0 or 2, either is fine); `writes`: names (relative to
+    the case folder) that a successful run may create or replace; `message`: text the error line
+    must contain; `subprocess`: run `python -m normfuse`, with `signal` sent after `after`
+    seconds or once a file matching `wait_for` exists, `stdout` "closed", "full" or "broken",
+    `user` "nobody", `fsize` an RLIMIT_FSIZE; `umask`: the umask to run under; `check`: a
+    function of the case folder asserting more; `skip`: a reason not to run here.
     """
 
     argv: list[str] = field(default_factory=list)
@@ -41,6 +42,7 @@ class Run:
     subprocess: bool = False
     signal: int | None = None
     after: float = 0.0
+    wait_for: str | None = None
     stdout: str | None = None
     user: str | None = None
     fsize: int | None = None
@@ -166,6 +168,15 @@ def _in_process(run: Run) -> tuple[int, str, bool]:
     return code, stderr, "Traceback" in stderr
 
 
+def _wait(run: Run, case_dir: Path, process: subprocess.Popen) -> None:
+    """Sleep `run.after` seconds, or until a file matching `run.wait_for` appears."""
+    deadline = time.monotonic() + (run.after if run.wait_for is None else TIMEOUT_S / 2)
+    while time.monotonic() < deadline and process.poll() is None:
+        if run.wait_for is not None and next(case_dir.glob(run.wait_for), None) is not None:
+            return
+        time.sleep(0.05)
+
+
 def _subprocess(run: Run, case_dir: Path) -> tuple[int | None, str, bool]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("NORMFUSE_DEBUG", None)
@@ -202,7 +213,7 @@ def _subprocess(run: Run, case_dir: Path) -> tuple[int | None, str, bool]:
         assert process.stdout is not None
         process.stdout.close()
     if run.signal is not None:
-        time.sleep(run.after)
+        _wait(run, case_dir, process)
         process.send_signal(run.signal)
     try:
         _, stderr = process.communicate(timeout=TIMEOUT_S)
