@@ -8,6 +8,7 @@ NORMFUSE_ROBUSTNESS=full.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import stat
@@ -614,6 +615,23 @@ def _identity_chain(length: int) -> onnx.ModelProto:
     return _model(nodes, [_vi("x")], [_vi("y")])
 
 
+def _scale_through_identities(length: int) -> onnx.ModelProto:
+    """A layer norm whose scale reaches it through `length` Identity nodes (constant folding
+    follows the chain)."""
+    model = norm_model(LayerNormSpec())
+    scale = next(t for t in model.graph.initializer if len(t.dims) == 1)
+    names = [scale.name, *(f"id{i}" for i in range(length))]
+    chain = [helper.make_node("Identity", [a], [b]) for a, b in itertools.pairwise(names)]
+    for node in model.graph.node:
+        for index, name in enumerate(node.input):
+            if name == scale.name:
+                node.input[index] = names[-1]
+    nodes = [*chain, *model.graph.node]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
 def _function(name: str, calls: str | None) -> onnx.FunctionProto:
     op = calls or "Relu"
     domain = "local" if calls else ""
@@ -693,6 +711,7 @@ def _wrong_rank_scale() -> onnx.ModelProto:
 MALFORMED = {
     "identity-chain-5000": (lambda: _identity_chain(5000), None),
     "identity-chain-200": (lambda: _identity_chain(200), 0),
+    "scale-through-20000-identities": (lambda: _scale_through_identities(20000), None),
     "recursive-local-function": (lambda: _cyclic_function_model(("f",)), 2),
     "cyclic-local-functions": (lambda: _cyclic_function_model(("f", "g")), 2),
     "cyclic-local-functions-3": (lambda: _cyclic_function_model(("f", "g", "h")), 2),
