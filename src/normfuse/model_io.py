@@ -173,6 +173,9 @@ def check_external_location(tensor: onnx.TensorProto, base_dir: Path) -> Path:
         if not file.is_file():
             raise NormfuseError(f"{where}: file {file} is missing")
         size = file.stat().st_size
+        os.close(os.open(file, os.O_RDONLY))  # readable by this user
+    except PermissionError:
+        raise NormfuseError(f"{where}: cannot read {file} (permission denied)") from None
     except (OSError, RuntimeError) as error:
         raise NormfuseError(f"{where}: {getattr(error, 'strerror', None) or error}") from None
     length = entry.length if entry.length else _nbytes(tensor)

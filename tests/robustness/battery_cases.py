@@ -1011,85 +1011,96 @@ def _(w: Work) -> Run:
     )
 
 
-def _as_nobody(w: Work) -> str | None:
-    """Open the case folder to user nobody; a reason to skip when nobody cannot run this
-    Python (its installation is private to root here)."""
-    os.chmod(w.folder, 0o755)
-    os.chmod(w.folder.parent, 0o755)
+def _without_dac(w: Work) -> str | None:
+    """A reason to skip when this process cannot drop its DAC capabilities (not root, or no
+    capabilities to drop)."""
+    if os.geteuid() != 0:
+        return "needs root (to drop CAP_DAC_OVERRIDE and run as root meeting file modes)"
     import subprocess
     import sys
 
-    def drop() -> None:
-        os.setgid(65534)
-        os.setuid(65534)
+    from battery_runner import drop_dac_capabilities
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    probe_file = w.folder / "probe"
+    probe_file.write_bytes(b"")
+    os.chmod(probe_file, 0)
     try:
         probe = subprocess.run(
-            [sys.executable, "-c", "import normfuse"],
-            preexec_fn=drop,
-            env=env,
-            check=False,
+            [sys.executable, "-c", f"open({str(probe_file)!r})"],
+            preexec_fn=drop_dac_capabilities,
             capture_output=True,
+            check=False,
         )
-    except PermissionError:
+    except OSError:
         probe = None
-    if probe is None or probe.returncode != 0:
-        return "user nobody cannot run this Python installation"
+    probe_file.unlink()
+    if probe is None or probe.returncode == 0:
+        return "dropping CAP_DAC_OVERRIDE did not make a mode-000 file unreadable here"
     return None
+
+
+def _denied(w: Work, argv: list[str], message: str = "ermission") -> Run:
+    return Run(
+        argv, subprocess=True, user="root-without-dac", skip=_without_dac(w), message=message
+    )
 
 
 @case("users", "unreadable-model", full=True)
 def _(w: Work) -> Run:
     model = w.model()
-    os.chmod(model, 0o600)
-    return Run(
-        skip=_as_nobody(w),
-        argv=["inspect", model],
-        subprocess=True,
-        user="nobody",
-        message="ermission",
-    )
+    os.chmod(model, 0)
+    return _denied(w, ["inspect", model])
+
+
+@case("users", "unreadable-model-optimize", full=True)
+def _(w: Work) -> Run:
+    model = w.model()
+    os.chmod(model, 0)
+    return _denied(w, ["optimize", model, "-o", w.p("o.onnx")])
 
 
 @case("users", "unwritable-output-folder", full=True)
 def _(w: Work) -> Run:
-    model = w.model()
-    os.chmod(model, 0o644)
-    return Run(
-        skip=_as_nobody(w),
-        argv=["optimize", model, "-o", w.p("o.onnx")],
-        subprocess=True,
-        user="nobody",
-        message="not writable",
-    )
+    model, out = w.model(), w.folder_("out")
+    os.chmod(out, 0o555)
+    return _denied(w, ["optimize", model, "-o", w.p("out/o.onnx")], "not writable")
+
+
+@case("users", "unwritable-report-folder", full=True)
+def _(w: Work) -> Run:
+    model, out = w.model(), w.folder_("out")
+    os.chmod(out, 0o555)
+    argv = ["optimize", model, "-o", w.p("o.onnx"), "--report", w.p("out/r.json")]
+    return _denied(w, argv, "not writable")
+
+
+@case("users", "unwritable-in-place-folder", full=True)
+def _(w: Work) -> Run:
+    model = w.model("ro/m.onnx")
+    os.chmod(w.folder / "ro", 0o555)
+    return _denied(w, ["optimize", model, "--in-place"], "not writable")
 
 
 @case("users", "unreadable-external-data", full=True)
 def _(w: Work) -> Run:
     model = w.external()
-    os.chmod(model, 0o644)
-    os.chmod(w.p("weights.bin"), 0o600)
-    skip = _as_nobody(w)
-    out = w.folder_("out")
-    os.chmod(out, 0o777)
-    argv = ["optimize", model, "-o", w.p("out/o.onnx")]
-    return Run(argv, subprocess=True, user="nobody", skip=skip, message="ermission")
+    os.chmod(w.p("weights.bin"), 0)
+    w.folder_("out")
+    return _denied(w, ["optimize", model, "-o", w.p("out/o.onnx")], "cannot read")
 
 
 @case("users", "unreadable-inputs-file", full=True)
 def _(w: Work) -> Run:
-    model = w.model()
-    os.chmod(model, 0o644)
-    npz = w.npz("g.npz", x=x())
-    os.chmod(npz, 0o600)
-    return Run(
-        skip=_as_nobody(w),
-        argv=["validate", model, model, "--inputs", npz],
-        subprocess=True,
-        user="nobody",
-        message="--inputs",
-    )
+    model, npz = w.model(), w.npz("g.npz", x=x())
+    os.chmod(npz, 0)
+    return _denied(w, ["validate", model, model, "--inputs", npz], "--inputs")
+
+
+@case("users", "unsearchable-model-folder", full=True)
+def _(w: Work) -> Run:
+    model = w.model("locked/m.onnx")
+    os.chmod(w.folder / "locked", 0o600)
+    return _denied(w, ["inspect", model], "")
 
 
 # --- the Python API: NormfuseError, the same checks as the CLI ------------------------------

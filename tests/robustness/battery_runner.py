@@ -30,8 +30,9 @@ class Run:
     the case folder) that a successful run may create or replace; `message`: text the error line
     must contain; `subprocess`: run `python -m normfuse`, with `signal` sent after `after`
     seconds or once a file matching `wait_for` exists, `stdout` "closed", "full" or "broken",
-    `user` "nobody", `fsize` an RLIMIT_FSIZE; `umask`: the umask to run under; `check`: a
-    function of the case folder asserting more; `skip`: a reason not to run here.
+    `user` "root-without-dac" (root without CAP_DAC_*: file modes apply), `fsize` an
+    RLIMIT_FSIZE; `umask`: the umask to run under; `check`: a function of the case folder
+    asserting more; `skip`: a reason not to run here.
     """
 
     argv: list[str] = field(default_factory=list)
@@ -168,6 +169,31 @@ def _in_process(run: Run) -> tuple[int, str, bool]:
     return code, stderr, "Traceback" in stderr
 
 
+def drop_dac_capabilities() -> None:
+    """Drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from this process: root then meets file
+    modes like any other user (what chmod alone cannot show when the tests run as root)."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # out of the bounding set too, or exec as root restores them
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    dac = (1 << 1) | (1 << 2)
+    for name in ("effective", "permitted", "inheritable"):
+        setattr(data[0], name, getattr(data[0], name) & ~dac)
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _wait(run: Run, case_dir: Path, process: subprocess.Popen) -> None:
     """Sleep `run.after` seconds, or until a file matching `run.wait_for` appears."""
     deadline = time.monotonic() + (run.after if run.wait_for is None else TIMEOUT_S / 2)
@@ -190,9 +216,8 @@ def _subprocess(run: Run, case_dir: Path) -> tuple[int | None, str, bool]:
             resource.setrlimit(resource.RLIMIT_FSIZE, (run.fsize, run.fsize))
         if run.stdout == "closed":
             os.close(1)
-        if run.user == "nobody":
-            os.setgid(65534)
-            os.setuid(65534)
+        if run.user == "root-without-dac":
+            drop_dac_capabilities()
 
     stdout: object = subprocess.DEVNULL
     if run.stdout == "full":
