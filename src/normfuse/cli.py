@@ -176,11 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         except NormfuseError as error:
             return _fail(str(error), EXIT_USAGE)
         except KeyboardInterrupt:
-            return _fail("interrupted (SIGINT); nothing staged was kept", EXIT_SIGINT)
+            return _fail("interrupted (SIGINT); uncommitted outputs removed", EXIT_SIGINT)
         except outputs.Terminated:
-            return _fail("terminated (SIGTERM); nothing staged was kept", EXIT_SIGTERM)
+            return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
         except OSError as error:  # standard output closed or full, a broken pipe
-            return _fail(f"cannot write output: {error.strerror or error}", EXIT_USAGE)
+            where = error.filename or "cannot write output"
+            return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)
         except Exception as error:  # last resort: one line, the traceback with NORMFUSE_DEBUG=1
             if debugging():
                 raise
@@ -429,18 +430,12 @@ def _bench(args: argparse.Namespace) -> int:
         for path, item in zip(args.models, loaded, strict=True)
     ]
     with OutputPlan(inputs) as plan:
-        outputs_planned = _plan_bench_outputs(plan, args)
-        _bench_options(args)
-        _run_bench(models, args, plan, *outputs_planned)
-        written = _commit_paths(plan)
-    if args.plot is not None and args.plot.resolve() in written:
+        timings_path, plot_path = _plan_bench_outputs(plan, args)
+        _run_bench(models, args, plan, timings_path, plot_path)
+        _commit(plan)
+    if plot_path is not None:
         print(f"wrote {args.plot}")
     return EXIT_OK
-
-
-def _commit_paths(plan: OutputPlan) -> set[Path]:
-    sys.stdout.flush()
-    return {path.resolve() for path in plan.commit()}
 
 
 def _validate(args: argparse.Namespace) -> int:
