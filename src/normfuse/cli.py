@@ -16,7 +16,9 @@ import os
 import sys
 from pathlib import Path
 
+import onnxruntime as ort
 from onnx_graphsurgeon.logger.logger import G_LOGGER
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
 from normfuse import outputs
@@ -33,6 +35,11 @@ from normfuse.tune import tune
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
+_ORT_ERRORS = tuple(
+    getattr(ort_state, name)
+    for name in ("Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "EPFail")
+    if hasattr(ort_state, name)
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -167,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     and SIGTERM remove what was staged and exit 130 and 143 (see `normfuse.outputs`)."""
     args = build_parser().parse_args(argv)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
+    ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
     with outputs.terminate_as_exception():
         try:
             _check_standard_streams()
@@ -179,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("interrupted (SIGINT); uncommitted outputs removed", EXIT_SIGINT)
         except outputs.Terminated:
             return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
+        except _ORT_ERRORS as error:  # the model cannot run on these inputs (dims, dtypes)
+            text = " ".join(str(error).split())[:300]
+            return _fail(f"ONNX Runtime failed ({text}); check --dims and --inputs", EXIT_USAGE)
         except OSError as error:  # standard output closed or full, a broken pipe
             where = error.filename or "cannot write output"
             return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)

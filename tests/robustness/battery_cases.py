@@ -1184,3 +1184,11 @@ for _name in _api_cases():
 def _(w: Work) -> Run:
     model = _identity_chain(5000)
     return Run(call=lambda: normfuse.optimize(model), code=-1)
+
+
+@case("options", "validate-dims-a-real-model-cannot-run-with")
+def _(w: Work) -> Run:
+    bert = Path(__file__).resolve().parents[2] / "models" / "real" / "bert_opset14.onnx"
+    model = w.file("bert.onnx", bert.read_bytes())
+    argv = ["validate", model, model, "--dims", "batch=0,sequence=4"]
+    return Run(argv, message="ONNX Runtime failed", subprocess=True)  # ORT logs to fd 2
