@@ -5,7 +5,8 @@ unnamed first axis) defaults to 1 and the default is reported; any other undecid
 error that names it. Float inputs are drawn from a seeded normal distribution; integer inputs that
 index a `Gather` (token, position and token-type ids) are drawn inside the indexed table; masks are
 all ones; booleans are true. `.npz` arrays replace generated ones, checked for name, dtype and
-shape.
+shape from each member's header before its data is inflated (pickles are never loaded). Inputs
+are refused before allocation when they would take more than MAX_INPUT_BYTES.
 """
 
 from __future__ import annotations

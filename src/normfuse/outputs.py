@@ -4,7 +4,9 @@ destination, committed together at the end, and removed on any error or signal.
 A destination is refused (`NormfuseError`) when it is, or resolves to, a protected file (the input
 model, its external-data files), when two destinations are the same, when its folder is missing or
 not writable, when its name is too long, or when it is a directory, FIFO, device or socket (or a
-link to one). `-` means standard output where a command allows it, and is not a file.
+link to one), or in /dev, /proc or /sys. Whether the folder accepts new files is tried with a
+probe file, created and removed at once. `-` means standard output where a command allows it,
+and is not a file.
 
 Symbolic links: a destination that is a link is replaced by the new file (the link itself, never
 its target); its temporary file is created beside the destination path itself, so the final
