@@ -6,7 +6,8 @@ the file must hold the declared bytes; a file over protobuf's 2 GiB is refused b
 Saving plans the model's destinations in an `outputs.OutputPlan` (`plan_save`, before any work),
 stages them beside each destination (`stage_save`) and renames them into place on commit.
 External data is referenced where it is when the output goes into the source folder (nothing is
-rewritten); elsewhere it is streamed, in chunks, into one file beside the output. Tensors normfuse creates (fused scales and biases) are small and stored inline.
+rewritten); elsewhere it is streamed, in chunks, into one file beside the output. Tensors
+normfuse creates (fused scales and biases) are small and stored inline.
 """
 
 from __future__ import annotations
