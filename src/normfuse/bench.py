@@ -212,7 +212,7 @@ def _session(
 ) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = sessions.LEVELS[model.level or level]
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors come back as exceptions; none printed
     if global_pool:
         so.use_per_session_threads = False
     else:

@@ -8,28 +8,51 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
+import onnxruntime as ort
 from onnx_graphsurgeon.logger.logger import G_LOGGER
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
+from normfuse import outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
-from normfuse.errors import NormfuseError
+from normfuse.errors import NormfuseError, debugging
 from normfuse.inputs import parse_dims
+from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
+from normfuse.outputs import OutputPlan
 from normfuse.plot import plot_latencies, require_matplotlib
 from normfuse.sessions import parse_providers
 from normfuse.tune import tune
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
+_ORT_ERRORS = tuple(
+    getattr(ort_state, name)
+    for name in ("Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "EPFail")
+    if hasattr(ort_state, name)
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (exit 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"normfuse: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(prog="normfuse", description=normfuse.__doc__.splitlines()[0])
+    parser = _Parser(prog="normfuse", description=normfuse.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"normfuse {normfuse.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_optimize(commands.add_parser("optimize", help="fuse norm subgraphs, write a new model"))
@@ -147,73 +170,206 @@ def _add_bench_options(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code. Every error is one line on stderr; SIGINT
+    and SIGTERM remove what was staged and exit 130 and 143 (see `normfuse.outputs`)."""
     args = build_parser().parse_args(argv)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
+    ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
+    with outputs.terminate_as_exception():
+        try:
+            _check_standard_streams()
+            code = _run(args)
+            sys.stdout.flush()
+            return code
+        except NormfuseError as error:
+            return _fail(str(error), EXIT_USAGE)
+        except KeyboardInterrupt:
+            return _fail("interrupted (SIGINT); uncommitted outputs removed", EXIT_SIGINT)
+        except outputs.Terminated:
+            return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
+        except _ORT_ERRORS as error:  # the model cannot run on these inputs (dims, dtypes)
+            text = " ".join(str(error).split())[:300]
+            return _fail(f"ONNX Runtime failed ({text}); check --dims and --inputs", EXIT_USAGE)
+        except OSError as error:  # standard output closed or full, a broken pipe
+            where = error.filename or "cannot write output"
+            return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)
+        except Exception as error:  # last resort: one line, the traceback with NORMFUSE_DEBUG=1
+            if debugging():
+                raise
+            text = " ".join(str(error).split())[:200]
+            return _fail(
+                f"cannot process this input ({type(error).__name__}: {text}); set "
+                "NORMFUSE_DEBUG=1 for the traceback",
+                EXIT_USAGE,
+            )
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "optimize":
+        return _optimize(args)
+    if args.command == "validate":
+        return _validate(args)
+    if args.command == "bench":
+        return _bench(args)
+    if args.command == "tune":
+        return _tune(args)
+    return _inspect(args)
+
+
+def _fail(message: str, code: int) -> int:
+    """Print `normfuse: error: message` and return `code`; standard output, if it failed, is
+    pointed at /dev/null so that the interpreter's exit flush stays silent."""
     try:
-        if args.command == "optimize":
-            return _optimize(args)
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "bench":
-            return _bench(args)
-        if args.command == "tune":
-            return _tune(args)
-        return _inspect(args)
-    except NormfuseError as error:
-        print(f"normfuse: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        _silence_stdout()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(f"normfuse: error: {message}", file=sys.stderr)
+    return code
+
+
+def _check_standard_streams() -> None:
+    """Descriptors 0-2 are kept open (on /dev/null) so that no output file can take their
+    number; a closed standard output is an error."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if 1 in closed or sys.stdout is None:
+        raise NormfuseError("standard output is closed")
+
+
+def _silence_stdout() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        return
 
 
 def _validation_options(args: argparse.Namespace) -> normfuse.ValidationOptions:
+    for name in ("atol", "rtol"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise NormfuseError(f"--{name} must be a finite number >= 0, got {value}")
     return normfuse.ValidationOptions(
         providers=tuple(parse_providers(args.providers)),
         dims=parse_dims(args.dims),
-        seed=args.seed,
+        seed=_seed(args),
         npz=None if args.inputs is None else str(args.inputs),
         atol=args.atol,
         rtol=args.rtol,
     )
 
 
+def _seed(args: argparse.Namespace) -> int:
+    if not 0 <= args.seed <= MAX_SEED:
+        raise NormfuseError(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}")
+    return args.seed
+
+
+def _load(path: Path) -> tuple[LoadedModel, set[Path]]:
+    """A model and the files it was read from (never to be written)."""
+    loaded = normfuse.model_io.load(path)
+    return loaded, {path, *external_files(loaded.model, loaded.base_dir)}
+
+
 def _optimize(args: argparse.Namespace) -> int:
     output = _output_path(args)
-    options = _validation_options(args) if args.validate else None
-    result = normfuse.optimize(
-        args.model,
-        target=args.target,
-        passes=args.passes,
-        validation=options,
-        tune_for=args.tune_for,
-    )
-    report = result.report
-    if report.validation is not None and not report.validation.passed:
+    loaded, inputs = _load(args.model)
+    if args.in_place:  # MODEL itself may be replaced, its external data never
+        inputs = external_files(loaded.model, loaded.base_dir)
+    with OutputPlan(inputs) as plan:
+        label = "--in-place" if args.in_place else "-o"
+        output = plan_save(plan, output, loaded.model, loaded.base_dir, label, args.in_place)
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        bench_outputs = _plan_bench_outputs(plan, args) if args.bench else (None, None)
+        options = _validation_options(args) if args.validate else None
+        bench_options = _bench_options(args) if args.bench or args.tune_for else None
+        result = normfuse.optimize(
+            loaded.model,
+            target=args.target,
+            passes=args.passes,
+            base_dir=loaded.base_dir,
+            validation=options,
+            tune_for=args.tune_for,
+        )
+        report = result.report
+        report.input = str(args.model)
+        if report.validation is not None and not report.validation.passed:
+            print(report.table())
+            _stage_text(plan, args.report, report_path, report.to_json())
+            _commit(plan)
+            print(f"normfuse: validation failed; {output} not written", file=sys.stderr)
+            return EXIT_CHECK_FAILED
+        report.output = str(output)
+        stage_save(plan, result.model, output, result.base_dir)
+        _stage_text(plan, args.report, report_path, report.to_json())
         print(report.table())
-        print(f"normfuse: validation failed; {output} not written", file=sys.stderr)
-        if args.report:
-            _write_report(args.report, report.to_json())
-        return EXIT_CHECK_FAILED
-    report.output = str(output)
-    normfuse.save(result, output)
-    if args.report:
-        _write_report(args.report, report.to_json())
-    print(report.table())
+        if args.bench:
+            original = BenchModel("original", loaded.model, loaded.base_dir)
+            fused = BenchModel("normfuse", result.model, result.base_dir)
+            _run_bench([original, fused], args, plan, *bench_outputs)
+        if args.tune_for:
+            bench_model = BenchModel(str(output), result.model, result.base_dir)
+            _print_session_hint(bench_model, args, bench_options)
+        _commit(plan)
     print(f"wrote {output}")
-    if args.bench:
-        original = normfuse.model_io.load(args.model)
-        models = [
-            BenchModel("original", original.model, original.base_dir),
-            BenchModel("normfuse", result.model, result.base_dir),
-        ]
-        _run_bench(models, args)
-    if args.tune_for:
-        _print_session_hint(BenchModel(str(output), result.model, result.base_dir), args)
     return EXIT_OK
 
 
-def _print_session_hint(model: BenchModel, args: argparse.Namespace) -> None:
+def _plan(
+    plan: OutputPlan, path: Path | None, label: str, allow_stdout: bool = False
+) -> Path | None:
+    return None if path is None else plan.add(path, label, allow_stdout)
+
+
+def _plan_bench_outputs(
+    plan: OutputPlan, args: argparse.Namespace
+) -> tuple[Path | None, Path | None]:
+    """The `--json` and `--plot` destinations, checked (matplotlib and the image format too)."""
+    timings = _plan(plan, args.timings_json, "--json")
+    plot = getattr(args, "plot", None)
+    if plot is None:
+        return timings, None
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if plot.suffix.lstrip(".").lower() not in formats:
+        raise NormfuseError(
+            f"--plot {plot}: give a file name ending in one of .{', .'.join(sorted(formats))}"
+        )
+    return timings, plan.add(plot, "--plot")
+
+
+def _stage_text(plan: OutputPlan, given: Path | None, path: Path | None, text: str) -> None:
+    """Stage `text` for `path`, or print it when the user gave `-` (standard output)."""
+    if path is not None:
+        plan.stage_bytes(path, text.encode())
+    elif given is not None:
+        print(text, end="" if text.endswith("\n") else "\n")
+
+
+def _commit(plan: OutputPlan) -> None:
+    """Write everything staged, once standard output has taken what was printed."""
+    sys.stdout.flush()
+    plan.commit()
+
+
+def _print_session_hint(
+    model: BenchModel, args: argparse.Namespace, bench_options: BenchOptions | None
+) -> None:
     """One line when ORT session settings beat ORT's default on the result beyond noise."""
-    options = dataclasses.replace(_bench_options(args), providers=(args.tune_for,))
+    assert bench_options is not None
+    options = dataclasses.replace(bench_options, providers=(args.tune_for,))
     result = tune(model, options).results[0]
     if result.beats_default:
         timing = result.timings[result.configs.index(result.best)]
@@ -226,19 +382,24 @@ def _print_session_hint(model: BenchModel, args: argparse.Namespace) -> None:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    loaded = normfuse.model_io.load(args.model)
-    model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
-    report = tune(model, _bench_options(args))
-    print(report.text(str(args.model)))
-    if args.timings_json:
-        data = {"model": str(args.model), **report.as_dict(str(args.model))}
-        _write_report(args.timings_json, json.dumps(data, indent=2) + "\n")
+    loaded, inputs = _load(args.model)
+    with OutputPlan(inputs) as plan:
+        timings_path = _plan(plan, args.timings_json, "--json")
+        model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
+        report = tune(model, _bench_options(args))
+        print(report.text(str(args.model)))
+        if timings_path is not None:
+            data = {"model": str(args.model), **report.as_dict(str(args.model))}
+            plan.stage_bytes(timings_path, (json.dumps(data, indent=2) + "\n").encode())
+        _commit(plan)
     return EXIT_OK
 
 
 def _bench_options(args: argparse.Namespace) -> BenchOptions:
-    if args.warmup < 0 or args.runs < 2:
-        raise NormfuseError("--warmup must be >= 0 and --runs >= 2")
+    if not (0 <= args.warmup <= MAX_RUNS and 2 <= args.runs <= MAX_RUNS):
+        raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
         levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
@@ -246,46 +407,59 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
         runs=args.runs,
         threads=args.threads,
         dims=parse_dims(args.dims),
-        seed=args.seed,
+        seed=_seed(args),
         npz=None if args.inputs is None else str(args.inputs),
         progress=sys.stderr.isatty() and not args.quiet,
     )
 
 
-def _run_bench(models: list[BenchModel], args: argparse.Namespace) -> None:
-    options = _bench_options(args)
-    if args.plot is not None:
-        require_matplotlib()
-    report = run_bench(models, options)
+def _run_bench(
+    models: list[BenchModel],
+    args: argparse.Namespace,
+    plan: OutputPlan,
+    timings_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Time `models`, print the table and stage `--json` and `--plot` (the caller commits)."""
+    report = run_bench(models, _bench_options(args))
     print(report.table())
-    if args.timings_json:
-        _write_report(args.timings_json, json.dumps(report.as_dict(), indent=2) + "\n")
-    if args.plot is not None:
-        plot_latencies(report, args.plot)
-        print(f"wrote {args.plot}")
+    if timings_path is not None:
+        text = json.dumps(report.as_dict(), indent=2) + "\n"
+        plan.stage_bytes(timings_path, text.encode())
+    if plot_path is not None:
+        plot_latencies(report, plan.temp_path(plot_path))
 
 
 def _bench(args: argparse.Namespace) -> int:
-    loaded = [normfuse.model_io.load(path) for path in args.models]
-    names = [str(path) for path in args.models]
+    loaded, inputs = [], set()
+    for path in args.models:
+        model, files = _load(path)
+        loaded.append(model)
+        inputs |= files
     models = [
-        BenchModel(name, item.model, item.base_dir)
-        for name, item in zip(names, loaded, strict=True)
+        BenchModel(str(path), item.model, item.base_dir)
+        for path, item in zip(args.models, loaded, strict=True)
     ]
-    _run_bench(models, args)
+    with OutputPlan(inputs) as plan:
+        timings_path, plot_path = _plan_bench_outputs(plan, args)
+        _run_bench(models, args, plan, timings_path, plot_path)
+        _commit(plan)
+    if plot_path is not None:
+        print(f"wrote {args.plot}")
     return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
-    report = normfuse.validate(args.original, args.candidate, _validation_options(args))
-    print(report.table())
-    if args.report:
-        data = {
-            "original": str(args.original),
-            "candidate": str(args.candidate),
-            **report.as_dict(),
-        }
-        _write_report(args.report, json.dumps(data, indent=2) + "\n")
+    inputs = _load(args.original)[1] | _load(args.candidate)[1]
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        options = _validation_options(args)
+        report = normfuse.validate(args.original, args.candidate, options)
+        print(report.table())
+        data = {"original": str(args.original), "candidate": str(args.candidate)}
+        text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
+        _stage_text(plan, args.report, report_path, text)
+        _commit(plan)
     print("validation passed" if report.passed else "validation FAILED")
     return EXIT_OK if report.passed else EXIT_CHECK_FAILED
 
@@ -297,15 +471,9 @@ def _output_path(args: argparse.Namespace) -> Path:
         return args.model
     if args.output is None:
         raise NormfuseError("give -o OUT (or --in-place to replace MODEL)")
-    if args.output.exists() and args.output.resolve() == args.model.resolve():
+    if os.path.exists(args.output) and args.output.resolve() == args.model.resolve():
         raise NormfuseError("-o is the input model; use --in-place to replace it")
     return args.output
-
-
-def _write_report(path: Path, text: str) -> None:
-    if not path.resolve().parent.is_dir():
-        raise NormfuseError(f"{path}: report folder does not exist")
-    path.write_text(text)
 
 
 def _inspect(args: argparse.Namespace) -> int:
