@@ -447,3 +447,18 @@ def test_fuses_two_norms_sharing_one_mean() -> None:
     assert result.report.near_misses == []
     onnx.checker.check_model(result.model, full_check=True)
     assert_same_numerics(original, result.model, seed=24)
+
+
+def test_rejects_square_of_opposite_deviations() -> None:
+    """(x - mean) * (mean - x) is minus the squared deviation: the nearest look-alike of the
+    `mean - x` variance is not a layer norm, and no pattern takes it for one."""
+    original = norm_model(LayerNormSpec(square="mul"), layers=1)
+    sub = next(n for n in original.graph.node if n.op_type == "Sub")
+    negated = onnx.helper.make_node("Sub", [sub.input[1], sub.input[0]], ["negated_dev"])
+    square = next(n for n in original.graph.node if n.op_type == "Mul")
+    square.input[1] = "negated_dev"
+    index = list(original.graph.node).index(square)
+    original.graph.node.insert(index, negated)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
