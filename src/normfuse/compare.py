@@ -68,7 +68,10 @@ def compare_output(
     compute_dtype: str | None = None,
 ) -> OutputComparison:
     """Compare one output; `reference` is the float64 run of the original, when there is one;
-    `compute_dtype` the model's narrowest float type (see `tolerances`)."""
+    `compute_dtype` the model's narrowest float type (see `tolerances`). Sequence and optional
+    outputs (lists, None) are compared element by element."""
+    if not isinstance(original, np.ndarray) or not isinstance(candidate, np.ndarray):
+        return _compare_structured(name, original, candidate, atol, rtol, compute_dtype)
     dtype = original.dtype
     if original.shape != candidate.shape or original.dtype != candidate.dtype:
         detail = f"shape/dtype {candidate.shape} {candidate.dtype} != {original.shape} {dtype}"
@@ -123,6 +126,39 @@ def compare_output(
         detail,
         *reference_errors,
         int(repaired.sum()),
+    )
+
+
+def _compare_structured(name: str, original, candidate, atol, rtol, compute_dtype):
+    """A sequence (list of arrays) or optional (None) output: same structure, every element
+    within tolerance."""
+    if original is None or candidate is None:
+        same = original is None and candidate is None
+        detail = "" if same else "an optional output is empty on one side only"
+        return OutputComparison(name, "optional", 0.0 if same else np.inf, 0, 0, 0, 0, same, detail)
+    if not isinstance(original, list) or not isinstance(candidate, list):
+        equal = type(original) is type(candidate) and bool(np.all(original == candidate))
+        detail = "" if equal else "the values differ"
+        return OutputComparison(name, type(original).__name__, 0, 0, 0, 0, 0, equal, detail)
+    if len(original) != len(candidate):
+        detail = f"sequence of {len(candidate)} elements, the original has {len(original)}"
+        return OutputComparison(name, "sequence", np.inf, np.inf, np.inf, 0, 0, False, detail)
+    parts = [
+        compare_output(f"{name}[{i}]", a, b, atol, rtol, None, compute_dtype)
+        for i, (a, b) in enumerate(zip(original, candidate, strict=True))
+    ]
+    failed = [part for part in parts if not part.passed]
+    worst = max(parts, key=lambda part: part.max_abs, default=None)
+    return OutputComparison(
+        name,
+        "sequence",
+        worst.max_abs if worst else 0.0,
+        worst.max_rel if worst else 0.0,
+        worst.mean_abs if worst else 0.0,
+        worst.atol if worst else 0.0,
+        worst.rtol if worst else 0.0,
+        not failed,
+        failed[0].detail if failed else "",
     )
 
 
