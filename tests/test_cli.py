@@ -221,7 +221,13 @@ def test_malformed_graph_is_one_line_and_exit_2(case: str, message: str, tmp_pat
     assert not (tmp_path / "o.onnx").exists()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_corrupted_models_never_raise_unexpected_errors(data, tmp_path_factory) -> None:
     """Random byte corruption of a valid model: exit 0, 1 or 2, never a traceback."""
@@ -233,6 +239,26 @@ def test_corrupted_models_never_raise_unexpected_errors(data, tmp_path_factory) 
     path = folder / "m.onnx"
     path.write_bytes(bytes(corrupted))
     assert main(["optimize", str(path), "-o", str(folder / "out.onnx")]) in (0, 2)
+
+
+@pytest.mark.parametrize("corruption", ["float_axes", "string_axes_input"])
+def test_malformed_reduce_axes_are_not_fused_and_do_not_raise(corruption: str) -> None:
+    """Found by the corruption test: a ReduceMean whose `axes` is not a list of ints."""
+    import normfuse
+
+    model = norm_model(LayerNormSpec())
+    reduce = next(node for node in model.graph.node if node.op_type == "ReduceMean")
+    if corruption == "float_axes":
+        axes = next(a for a in reduce.attribute if a.name == "axes")
+        axes.type, axes.f = onnx.AttributeProto.FLOAT, 1.0
+        del axes.ints[:]
+    else:
+        del reduce.attribute[:]
+        model.graph.initializer.append(onnx.helper.make_tensor("ax", onnx.TensorProto.STRING, [1], [b"x"]))
+        reduce.input.append("ax")
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert op_counts(result.model)["LayerNormalization"] == 0
 
 
 def test_inspect_lists_each_site_with_its_nodes(capsys) -> None:
