@@ -254,7 +254,8 @@ def test_malformed_reduce_axes_are_not_fused_and_do_not_raise(corruption: str) -
         del axes.ints[:]
     else:
         del reduce.attribute[:]
-        model.graph.initializer.append(onnx.helper.make_tensor("ax", onnx.TensorProto.STRING, [1], [b"x"]))
+        axes = onnx.helper.make_tensor("ax", onnx.TensorProto.STRING, [1], [b"x"])
+        model.graph.initializer.append(axes)
         reduce.input.append("ax")
     result = normfuse.optimize(model)
     assert result.report.sites == []
