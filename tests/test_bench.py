@@ -46,7 +46,8 @@ def test_bench_times_models_side_by_side_and_counts_ort_fusions() -> None:
     for timing in report.timings:
         assert timing.samples.shape == (10,) and np.all(timing.samples > 0)
         stats = timing.stats_ms()
-        assert stats["min"] <= stats["median"] <= stats["p90"] <= stats["p99"]
+        assert stats["min"] <= stats["median"] <= stats["p90"]
+        assert stats["p99"] is None  # 10 runs cannot support a 99th percentile
     assert report.timings[0].norm_ops_after_ort == {}
     assert report.timings[1].norm_ops_after_ort == {"SimplifiedLayerNormalization": 2}
     assert report.timings[0].ratio == 1.0
