@@ -16,7 +16,14 @@ import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes
 from normfuse.pattern import Match
-from normfuse.rewrite import Context, FusedNode, Reject, Site, check_attribute_values
+from normfuse.rewrite import (
+    Context,
+    FusedNode,
+    Reject,
+    Site,
+    check_attribute_values,
+    node_label,
+)
 
 FLOAT_TYPES = {
     onnx.TensorProto.FLOAT: np.float32,
@@ -246,7 +253,7 @@ def fused_site(
         if any(id(user) not in inside for tensor in node.outputs for user in tensor.outputs)
         and node is not match.root.inputs[0]
     )
-    removed = tuple(node.name for node in match.nodes if id(node) not in kept)
+    removed = tuple(node_label(node) for node in match.nodes if id(node) not in kept)
     return Site(
         kind,
         emission.op,

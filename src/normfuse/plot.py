@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from normfuse.bench import EQUAL_WITHIN, BenchReport, display_names, format_seconds
 from normfuse.errors import NormfuseError
 
@@ -29,65 +31,56 @@ def plot_ratios(report: BenchReport, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
 
     timings = report.timings
     groups = list(dict.fromkeys((t.provider, t.level) for t in timings))
     first = [t for t in timings if (t.provider, t.level) == groups[0]]
     names, folder = display_names([t.model for t in first])
+    if not folder and len({Path(name).name for name in names}) == len(names):
+        names = [Path(name).name for name in names]  # distinct file names: the chart's labels
     rows = len(timings)
-    figure, axis = plt.subplots(figsize=(8, 1.4 + 0.42 * rows))
+    figure, axis = plt.subplots(figsize=(9, 1.3 + 0.45 * rows))
+    right = blended_transform_factory(axis.transAxes, axis.transData)
     labels = []
     for row, timing in enumerate(timings):
-        name = names[row % len(first)]
         reference = row % len(first) == 0
         y = rows - 1 - row
-        labels.append((y, f"{name}  ({timing.provider}, {timing.level})"))
-        median = format_seconds(float(sorted(timing.samples)[len(timing.samples) // 2]))
+        labels.append((y, f"{names[row % len(first)]}  ({timing.provider}, {timing.level})"))
+        median = format_seconds(float(np.median(timing.samples)))
+        low, high = timing.ratio_interval
         if reference:
             axis.plot([1.0], [y], "s", color="black", markersize=7)
-            axis.annotate(
-                f"reference, median {median}",
-                (1.0, y),
-                xytext=(8, 6),
-                textcoords="offset points",
-                fontsize=8,
+            text, colour = f"reference (first model), median {median}", "black"
+        else:
+            colour = COLOURS[timing.verdict()]
+            axis.errorbar(
+                [timing.ratio],
+                [y],
+                xerr=[[timing.ratio - low], [high - timing.ratio]],
+                fmt="o",
+                color=colour,
+                capsize=4,
             )
-            continue
-        low, high = timing.ratio_interval
-        colour = COLOURS[timing.verdict()]
-        axis.errorbar(
-            [timing.ratio],
-            [y],
-            xerr=[[timing.ratio - low], [high - timing.ratio]],
-            fmt="o",
-            color=colour,
-            capsize=4,
-        )
-        axis.annotate(
-            f"{timing.ratio:.3f} [{low:.3f}, {high:.3f}], median {median}",
-            (timing.ratio, y),
-            xytext=(8, 6),
-            textcoords="offset points",
-            fontsize=8,
-            color=colour,
-        )
+            verdict = f" {timing.verdict()}" if timing.verdict() else " equal"
+            text = f"{timing.ratio:.3f} [{low:.3f}, {high:.3f}]{verdict}, median {median}"
+        axis.text(1.02, y, text, transform=right, va="center", fontsize=9, color=colour)
     axis.axvspan(1 - EQUAL_WITHIN, 1 + EQUAL_WITHIN, color="#d0d7de", alpha=0.5, lw=0)
     axis.axvline(1.0, color="black", lw=0.8)
     for index in range(1, len(groups)):
-        axis.axhline(rows - index * len(first) - 0.5, color="#d0d7de", lw=0.8)
+        axis.axhline(rows - index * len(first) - 0.5, color="#8c959f", lw=0.8)
     axis.set_yticks([y for y, _ in labels], [label for _, label in labels])
     axis.set_ylim(-0.7, rows - 0.3)
     lows = [t.ratio_interval[0] for t in timings] + [1 - 2 * EQUAL_WITHIN]
     highs = [t.ratio_interval[1] for t in timings] + [1 + 2 * EQUAL_WITHIN]
-    span = max(highs) - min(lows)
-    axis.set_xlim(min(lows) - 0.05 * span, max(highs) + 0.45 * span)
+    margin = 0.08 * (max(highs) - min(lows))
+    axis.set_xlim(min(lows) - margin, max(highs) + margin)
     axis.set_xlabel(
-        "median latency / the first model's (95% interval); grey band: within "
-        f"{EQUAL_WITHIN:.0%}, read as equal"
+        "median latency / the first model's, with 95% interval (grey band: within "
+        f"{EQUAL_WITHIN:.0%}, read as equal)"
     )
-    title = f"batch-one latency, intra-op threads: {report.threads}"
-    axis.set_title(title + (f"\nmodels in {folder}" if folder else ""), fontsize=10)
+    where = f", models in {folder}" if folder else ""
+    axis.set_title(f"batch-one latency, intra-op threads: {report.threads}{where}", fontsize=10)
     axis.grid(axis="x", color="#eaeef2")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)
