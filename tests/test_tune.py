@@ -178,3 +178,12 @@ def test_optimize_tune_for_fails_before_writing_the_output(tmp_path: Path, monke
     assert main(["optimize", str(path), "-o", str(out), "--tune-for", "cpu"]) == 2
     assert "scripted failure" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_tune_table_names_each_row_by_its_own_configuration(monkeypatch) -> None:
+    text = run_tune(monkeypatch, [1.0, 1.0, 1.1, 0.6]).text("model.onnx")
+    rows = {line.split("  ")[0].strip(): line for line in text.splitlines()[1:6]}
+    assert rows["all"].split()[2] == "all"
+    assert rows["extended"].split()[2] == "extended"
+    assert rows["basic"].split()[2] == "basic"
+    assert rows["all -SkipLayerNormFusion"].split()[3] == "all"

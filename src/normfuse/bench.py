@@ -87,6 +87,7 @@ class Timing:
     norm_ops_after_ort: dict[str, int]
     ratio: float = 1.0
     ratio_interval: tuple[float, float] = (1.0, 1.0)
+    reference: bool = False  # the first model of its run: the others' ratios are to it
 
     def stats_ms(self) -> dict[str, float | None]:
         """Median, p90, p99, mean, min and standard deviation in milliseconds; a percentile is None
@@ -139,15 +140,10 @@ class BenchReport:
             "notes": list(self.notes),
         }
 
-    def _first_group(self) -> tuple[str, str]:
-        return (self.timings[0].provider, self.timings[0].level) if self.timings else ("", "")
-
     def table(self) -> str:
         """One row per model, provider and level: distinct names, times with their units, and only
         the percentiles the number of runs supports."""
-        first = [t for t in self.timings if (t.provider, t.level) == self._first_group()]
-        model_names, folder = display_names([t.model for t in first])
-        names = [model_names[index % len(first)] for index in range(len(self.timings))]
+        names, folder = display_names([t.model for t in self.timings], run_keys(self.timings))
         runs = min((t.samples.size for t in self.timings), default=0)
         shown = [name for name, least in PERCENTILE_MIN_RUNS.items() if runs >= least]
         columns = ["median", *shown, "min", "std"]
@@ -225,20 +221,32 @@ def format_seconds(seconds: float) -> str:
     return f"{value:.{digits}f} {unit}"
 
 
-def display_names(names: list[str]) -> tuple[list[str], str]:
-    """Names that tell the models apart: the folder they share is dropped (and returned), and a
-    name given more than once is numbered (`m.onnx`, `m.onnx (2)`)."""
+def run_keys(timings: list[Timing]) -> list[int]:
+    """For each timing, the number of the side-by-side run it belongs to (a run starts at its
+    reference, the first model)."""
+    keys, current = [], -1
+    for timing in timings:
+        current += timing.reference or current < 0
+        keys.append(current)
+    return keys
+
+
+def display_names(names: list[str], runs: list | None = None) -> tuple[list[str], str]:
+    """Names that tell the models apart: the folder they all share is dropped (and returned), and
+    a name given more than once within one run (`runs`: a key per name) is numbered (`m.onnx`,
+    `m.onnx (2)`)."""
     paths = [Path(name) for name in names]
     folder = ""
     parents = {str(path.parent) for path in paths}
     if len(parents) == 1 and parents != {"."} and all(path.suffix == ".onnx" for path in paths):
         folder = parents.pop()
         names = [path.name for path in paths]
-    seen: Counter[str] = Counter()
+    seen: Counter[tuple] = Counter()
     shown = []
-    for name in names:
-        seen[name] += 1
-        shown.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    for name, run_key in zip(names, runs or [0] * len(names), strict=True):
+        seen[(run_key, name)] += 1
+        count = seen[(run_key, name)]
+        shown.append(name if count == 1 else f"{name} ({count})")
     return shown, folder
 
 
@@ -356,6 +364,7 @@ def _time_group(
                 ort_ops[index],
                 ratio,
                 interval,
+                reference=index == 0,
             )
         )
     return timings

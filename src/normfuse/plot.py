@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from normfuse.bench import EQUAL_WITHIN, BenchReport, display_names, format_seconds
+from normfuse.bench import EQUAL_WITHIN, BenchReport, display_names, format_seconds, run_keys
 from normfuse.errors import NormfuseError
 
 COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "": "#57606a"}
@@ -23,7 +23,7 @@ def require_matplotlib() -> None:
 
 
 def plot_ratios(report: BenchReport, path: Path) -> None:
-    """Write the chart to `path` (PNG): the first model of each provider and level is the
+    """Write the chart to `path` (PNG): the first model of each side-by-side run is the
     reference (a square at 1); the others are dots with their interval, green where faster beyond
     noise and 1%, red where slower, grey where equal; each row is labelled with its median."""
     require_matplotlib()
@@ -34,9 +34,7 @@ def plot_ratios(report: BenchReport, path: Path) -> None:
     from matplotlib.transforms import blended_transform_factory
 
     timings = report.timings
-    groups = list(dict.fromkeys((t.provider, t.level) for t in timings))
-    first = [t for t in timings if (t.provider, t.level) == groups[0]]
-    names, folder = display_names([t.model for t in first])
+    names, folder = display_names([t.model for t in timings], run_keys(timings))
     if not folder and len({Path(name).name for name in names}) == len(names):
         names = [Path(name).name for name in names]  # distinct file names: the chart's labels
     rows = len(timings)
@@ -44,9 +42,11 @@ def plot_ratios(report: BenchReport, path: Path) -> None:
     right = blended_transform_factory(axis.transAxes, axis.transData)
     labels = []
     for row, timing in enumerate(timings):
-        reference = row % len(first) == 0
+        reference = timing.reference
         y = rows - 1 - row
-        labels.append((y, f"{names[row % len(first)]}  ({timing.provider}, {timing.level})"))
+        labels.append((y, f"{names[row]}  ({timing.provider}, {timing.level})"))
+        if reference and row:
+            axis.axhline(y + 0.5, color="#8c959f", lw=0.8)  # a new side-by-side run begins
         median = format_seconds(float(np.median(timing.samples)))
         low, high = timing.ratio_interval
         if reference:
@@ -67,8 +67,6 @@ def plot_ratios(report: BenchReport, path: Path) -> None:
         axis.text(1.02, y, text, transform=right, va="center", fontsize=9, color=colour)
     axis.axvspan(1 - EQUAL_WITHIN, 1 + EQUAL_WITHIN, color="#d0d7de", alpha=0.5, lw=0)
     axis.axvline(1.0, color="black", lw=0.8)
-    for index in range(1, len(groups)):
-        axis.axhline(rows - index * len(first) - 0.5, color="#8c959f", lw=0.8)
     axis.set_yticks([y for y, _ in labels], [label for _, label in labels])
     axis.set_ylim(-0.7, rows - 0.3)
     lows = [t.ratio_interval[0] for t in timings] + [1 - 2 * EQUAL_WITHIN]
