@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 from onnx_graphsurgeon.logger.logger import G_LOGGER
@@ -54,9 +55,9 @@ TIMING_OPTIONS = ("warmup", "runs", "threads", "level", "plot", "quiet")
 
 
 def _epilog(*commands: str) -> str:
-    lines = [EXIT_CODES, "", "examples:"]
+    lines = [textwrap.fill(EXIT_CODES, 88), "", "examples:"]
     lines += [f"  {line}" for command in commands for line in EXAMPLES[command]]
-    return "\n".join([*lines, "", JSON_NOTE])
+    return "\n".join([*lines, "", textwrap.fill(JSON_NOTE, 88)])
 
 
 def build_parser() -> argparse.ArgumentParser:
