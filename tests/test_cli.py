@@ -342,7 +342,7 @@ def test_report_to_stdout_is_json_alone(tmp_path: Path, monkeypatch, capsys) -> 
     assert main(["optimize", str(BERT), "-o", str(out), "--report", "-"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["counts"]["layer-norm"] == 5
-    assert "wrote" in captured.err
+    assert captured.err == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx"]
     assert main(["validate", str(BERT), str(out), "--dims", "sequence=8", "--report", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["passed"] is True
@@ -396,7 +396,7 @@ def test_batch_goes_on_after_a_bad_model_and_exits_with_the_worst(tmp_path: Path
     data = json.loads(captured.out)
     assert [item["status"] for item in data["models"]] == [0, 2] and data["status"] == 2
     assert "not an ONNX model" in data["models"][1]["error"]
-    assert "1 ok, 1 error" in captured.err
+    assert captured.err == ""
     assert sorted(p.name for p in out.iterdir()) == ["gpt2_opset16.onnx"]
 
 

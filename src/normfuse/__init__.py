@@ -262,7 +262,6 @@ def _name(model: ModelLike) -> str | None:
     return None if isinstance(model, onnx.ModelProto) else os.fspath(model)
 
 
-
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -298,4 +297,3 @@ def _export(
     optimised.graph.name = original.graph.name
     optimised.graph.doc_string = original.graph.doc_string
     return optimised
-

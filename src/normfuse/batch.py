@@ -25,7 +25,7 @@ def expand_inputs(paths: list[Path]) -> list[Path]:
         if path.is_dir():
             found = sorted(item for item in path.glob("*.onnx") if item.is_file())
             if not found:
-                raise NormfuseError(f"{path}: folder has no *.onnx file")
+                raise NormfuseError(f"{path}: not a regular file (a folder with no *.onnx file)")
             models.extend(found)
         else:
             models.append(path)

@@ -37,7 +37,7 @@ EXIT_CODES = (
 )
 JSON_NOTE = (
     "JSON: --report FILE writes the command's JSON record to FILE, or to stdout with "
-    "--report - (the tables then go to stderr); inspect --json is the same as --report -."
+    "--report - (then nothing else is printed); inspect --json is the same as --report -."
 )
 EXAMPLES = {
     "optimize": [
@@ -301,7 +301,7 @@ def _optimize(args: argparse.Namespace) -> int:
     stream = _human_stream(args)
     outcomes = []
     for model, output in zip(models, outputs, strict=True):
-        print(f"{model} ...", file=sys.stderr)
+        print(f"{model} ...", file=stream)
         own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
         try:
             outcomes.append(_optimize_one(own, model, output, None))
@@ -361,9 +361,20 @@ def _own_dims(dims: dict[str, int], model: Path) -> list[str]:
     return [f"{name}={size}" for name, size in dims.items() if name in own]
 
 
+class _Discard:
+    """A stream that drops what is printed to it."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
 def _human_stream(args: argparse.Namespace):
-    """stdout for tables, unless the JSON record goes there."""
-    return sys.stderr if getattr(args, "report", None) == STDOUT else sys.stdout
+    """stdout for tables, unless the JSON record goes there: then nothing else is printed (the
+    record holds it all), so stdout is the JSON alone and stderr stays quiet."""
+    return _Discard() if getattr(args, "report", None) == STDOUT else sys.stdout
 
 
 def _optimize_one(
@@ -504,8 +515,6 @@ def _validate(args: argparse.Namespace) -> int:
 def _output_path(args: argparse.Namespace, model: Path) -> Path:
     if args.in_place:
         return model
-    if args.output.is_dir():
-        return args.output / model.name
     if args.output.exists() and args.output.resolve() == model.resolve():
         raise NormfuseError("-o is the input model; use --in-place to replace it")
     return args.output

@@ -31,8 +31,16 @@ COMMUTATIVE_OPS = frozenset({"Add", "Mul"})
 # Ops whose two identical-looking nodes may compute different values (random draws), or whose
 # sameness is a matter of value, not structure (Constant).
 _NOT_REPEATABLE = frozenset(
-    {"Constant", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-     "Multinomial", "Bernoulli", "Dropout"}
+    {
+        "Constant",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",
+    }
 )
 
 

@@ -138,7 +138,6 @@ def _has_redefinitions(model: onnx.ModelProto) -> bool:
     return any(count > 1 for count in counts.values())
 
 
-
 def _every_name(model: onnx.ModelProto) -> Iterator[str]:
     roots = [model.graph, *(_function_graph(function) for function in model.functions)]
     for root in roots:
