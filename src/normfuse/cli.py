@@ -301,7 +301,8 @@ def _optimize(args: argparse.Namespace) -> int:
     stream = _human_stream(args)
     outcomes = []
     for model, output in zip(models, outputs, strict=True):
-        print(f"{model} ...", file=stream)
+        if stream is sys.stdout:  # progress, kept off stdout's table
+            print(f"{model} ...", file=sys.stderr)
         own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
         try:
             outcomes.append(_optimize_one(own, model, output, None))
