@@ -19,7 +19,7 @@ import onnx_graphsurgeon as gs
 from normfuse import guard, model_io, model_view, rewrite, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
-from normfuse.errors import NormfuseError
+from normfuse.errors import NormfuseError, guard_rewrite
 from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
@@ -80,7 +80,8 @@ def optimize(
     modified.
     """
     loaded = _load(model, base_dir)
-    view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
+    with guard_rewrite():
+        view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
         chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}))
@@ -142,15 +143,16 @@ def _optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
-    context, function_contexts = _contexts(view, chosen_target, excluded, chooser)
-    graph = view.import_graph()
-    nodes_before = len(graph.nodes)
-    if view.unsupported is None:
-        result = rewrite.run(graph, chosen_passes, context, function_contexts)
-    else:
-        refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
-        result = rewrite.RunResult([], [refused])
-    optimised = _finalise(original, view, graph, result.sites)
+    with guard_rewrite():
+        context, function_contexts = _contexts(view, chosen_target, excluded, chooser)
+        graph = view.import_graph()
+        nodes_before = len(graph.nodes)
+        if view.unsupported is None:
+            result = rewrite.run(graph, chosen_passes, context, function_contexts)
+        else:
+            refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
+            result = rewrite.RunResult([], [refused])
+        optimised = _finalise(original, view, graph, result.sites)
     report = Report(
         __version__,
         name,
@@ -252,8 +254,11 @@ def save(
 def _load(model: ModelLike, base_dir: str | os.PathLike | None) -> model_io.LoadedModel:
     if isinstance(model, onnx.ModelProto):
         loaded = model_io.LoadedModel(model, Path(base_dir).resolve() if base_dir else None)
-    else:
+        model_io.check_external_data(loaded.model, loaded.base_dir)
+    elif isinstance(model, str | os.PathLike):
         loaded = model_io.load(model)
+    else:
+        raise NormfuseError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
     check_structure(loaded.model)
     return loaded
 

@@ -310,7 +310,7 @@ def _session(
 ) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = sessions.LEVELS[model.level or level]
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors come back as exceptions; none printed
     if options.threads:
         so.intra_op_num_threads = options.threads
     if options.threads != 1:

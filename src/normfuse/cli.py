@@ -8,28 +8,41 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import json
+import math
+import os
 import sys
 import textwrap
 from pathlib import Path
 
+import onnxruntime as ort
 from onnx_graphsurgeon.logger.logger import G_LOGGER
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
-from normfuse import batch
-from normfuse.bench import BenchModel, BenchOptions, BenchReport
+from normfuse import batch, outputs
+from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
-from normfuse.errors import NormfuseError
+from normfuse.errors import NormfuseError, debugging
 from normfuse.inputs import graph_inputs, parse_dims
+from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
+from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
 from normfuse.sessions import parse_providers
 from normfuse.tune import tune
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
 COMMANDS = ("optimize", "inspect", "validate", "bench", "tune")
-STDOUT = "-"
+_ORT_ERRORS = tuple(
+    getattr(ort_state, name)
+    for name in ("Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "EPFail")
+    if hasattr(ort_state, name)
+)
 EXIT_CODES = (
     "exit codes: 0 success; 1 a check failed (numerics differ, inspect --check found unfused "
     "sites; for several models, the worst status of any); 2 bad usage or an input that cannot be "
@@ -54,6 +67,14 @@ EXAMPLES = {
 TIMING_OPTIONS = ("warmup", "runs", "threads", "level", "plot", "quiet")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (exit 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"normfuse: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 def _epilog(*commands: str) -> str:
     lines = [textwrap.fill(EXIT_CODES, 88), "", "examples:"]
     lines += [f"  {line}" for command in commands for line in EXAMPLES[command]]
@@ -62,7 +83,7 @@ def _epilog(*commands: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="normfuse",
         description=normfuse.__doc__.splitlines()[0],
         epilog=_epilog(*COMMANDS),
@@ -241,27 +262,42 @@ def _add_bench_options(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code. Every error is one line on stderr; SIGINT
+    and SIGTERM remove what was staged and exit 130 and 143 (see `normfuse.outputs`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     mistyped = _mistyped_command(argv)
     if mistyped:
-        print(f"normfuse: error: {mistyped}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(mistyped, EXIT_USAGE)
     args = build_parser().parse_args(argv)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
-    try:
-        if args.command == "optimize":
-            return _optimize(args)
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "bench":
-            return _bench(args)
-        if args.command == "tune":
-            return _tune(args)
-        return _inspect(args)
-    except NormfuseError as error:
-        print(f"normfuse: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
+    with outputs.terminate_as_exception():
+        try:
+            _check_standard_streams()
+            code = _run(args)
+            sys.stdout.flush()
+            return code
+        except NormfuseError as error:
+            return _fail(str(error), EXIT_USAGE)
+        except KeyboardInterrupt:
+            return _fail("interrupted (SIGINT); uncommitted outputs removed", EXIT_SIGINT)
+        except outputs.Terminated:
+            return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
+        except _ORT_ERRORS as error:  # the model cannot run on these inputs (dims, dtypes)
+            text = " ".join(str(error).split())[:300]
+            return _fail(f"ONNX Runtime failed ({text}); check --dims and --inputs", EXIT_USAGE)
+        except OSError as error:  # standard output closed or full, a broken pipe
+            where = error.filename or "cannot write output"
+            return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)
+        except Exception as error:  # last resort: one line, the traceback with NORMFUSE_DEBUG=1
+            if debugging():
+                raise
+            text = " ".join(str(error).split())[:200]
+            return _fail(
+                f"cannot process this input ({type(error).__name__}: {text}); set "
+                "NORMFUSE_DEBUG=1 for the traceback",
+                EXIT_USAGE,
+            )
 
 
 def _mistyped_command(argv: list[str]) -> str | None:
@@ -274,44 +310,144 @@ def _mistyped_command(argv: list[str]) -> str | None:
     return f"unknown command {argv[0]!r}{hint} (commands: {', '.join(COMMANDS)})"
 
 
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "optimize":
+        return _optimize(args)
+    if args.command == "validate":
+        return _validate(args)
+    if args.command == "bench":
+        return _bench(args)
+    if args.command == "tune":
+        return _tune(args)
+    return _inspect(args)
+
+
+def _fail(message: str, code: int) -> int:
+    """Print `normfuse: error: message` and return `code`; standard output, if it failed, is
+    pointed at /dev/null so that the interpreter's exit flush stays silent."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        _silence_stdout()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(f"normfuse: error: {message}", file=sys.stderr)
+    return code
+
+
+def _check_standard_streams() -> None:
+    """Descriptors 0-2 are kept open (on /dev/null) so that no output file can take their
+    number; a closed standard output is an error."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if 1 in closed or sys.stdout is None:
+        raise NormfuseError("standard output is closed")
+
+
+def _silence_stdout() -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        return
+
+
 def _validation_options(args: argparse.Namespace) -> normfuse.ValidationOptions:
+    for name in ("atol", "rtol"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise NormfuseError(f"--{name} must be a finite number >= 0, got {value}")
     return normfuse.ValidationOptions(
         providers=tuple(parse_providers(args.providers)),
         dims=parse_dims(args.dims),
-        seed=args.seed,
+        seed=_seed(args),
         npz=None if args.inputs is None else str(args.inputs),
         atol=args.atol,
         rtol=args.rtol,
     )
 
 
+def _seed(args: argparse.Namespace) -> int:
+    if not 0 <= args.seed <= MAX_SEED:
+        raise NormfuseError(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}")
+    return args.seed
+
+
+def _load(path: Path) -> tuple[LoadedModel, set[Path]]:
+    """A model and the files it was read from (never to be written)."""
+    loaded = normfuse.model_io.load(path)
+    return loaded, {path, *external_files(loaded.model, loaded.base_dir)}
+
+
 def _optimize(args: argparse.Namespace) -> int:
     _check_optimize_options(args)
     models = batch.expand_inputs(args.models)
-    if not batch.is_batch(args.models):
-        output = _output_path(args, models[0])
-        outcome = _optimize_one(args, models[0], output, _human_stream(args))
-        if args.report:
-            record = outcome.report.as_dict() if outcome.report else {}
-            _write_report(args.report, json.dumps({**record, **outcome.extra}, indent=2) + "\n")
-        return outcome.status
-    outputs = batch.output_paths(models, args.output, args.in_place)
-    dims = parse_dims(args.dims)
-    check_dims_across(models, dims)
-    stream = _human_stream(args)
-    outcomes = []
-    for model, output in zip(models, outputs, strict=True):
-        if stream is sys.stdout:  # progress, kept off stdout's table
-            print(f"{model} ...", file=sys.stderr)
-        own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
+    several = batch.is_batch(args.models)
+    if several:
+        destinations = batch.output_paths(models, args.output, args.in_place)
+        check_dims_across(models, parse_dims(args.dims))
+    else:
+        destinations = [_output_path(args, models[0])]
+    loaded: list[LoadedModel | NormfuseError] = []
+    protected: set[Path] = set()
+    for model in models:
         try:
-            outcomes.append(_optimize_one(own, model, output, None))
+            item, files = _load(model)
         except NormfuseError as error:
-            outcomes.append(batch.Outcome(model, output, EXIT_USAGE, error=str(error)))
-    print(batch.summary_table(outcomes), file=stream)
-    if args.report:
+            if not several:
+                raise
+            loaded.append(error)
+            continue
+        loaded.append(item)
+        # MODEL itself may be replaced with --in-place, its external data never
+        protected |= external_files(item.model, item.base_dir) if args.in_place else files
+    stream = _human_stream(args)
+    with OutputPlan(protected) as plan:
+        label = "--in-place" if args.in_place else "-o"
+        planned = [
+            None
+            if isinstance(item, NormfuseError)
+            else plan_save(plan, output, item.model, item.base_dir, label, args.in_place)
+            for item, output in zip(loaded, destinations, strict=True)
+        ]
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        plot_path = _plan_plot(plan, args) if args.bench else None
+        if args.bench or args.tune_for:
+            _bench_options(args)  # bad timing options fail before any work
+        if not several:
+            outcome = _optimize_one(args, models[0], loaded[0], planned[0], plan, stream, plot_path)
+            record = outcome.report.as_dict() if outcome.report else {}
+            text = json.dumps({**record, **outcome.extra}, indent=2) + "\n"
+            _stage_text(plan, args.report, report_path, text)
+            _commit(plan)
+            if outcome.status == EXIT_OK:
+                print(f"wrote {planned[0]}", file=stream)
+            return outcome.status
+        dims = parse_dims(args.dims)
+        outcomes = []
+        for model, item, destination in zip(models, loaded, planned, strict=True):
+            if isinstance(item, NormfuseError):
+                outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(item)))
+                continue
+            if stream is sys.stdout:  # progress, kept off stdout's table
+                print(f"{model} ...", file=sys.stderr)
+            own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
+            try:
+                outcomes.append(_optimize_one(own, model, item, destination, plan, None, None))
+            except NormfuseError as error:
+                outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(error)))
+        print(batch.summary_table(outcomes), file=stream)
         record = batch.combined_record(outcomes, normfuse.__version__)
-        _write_report(args.report, json.dumps(record, indent=2) + "\n")
+        _stage_text(plan, args.report, report_path, json.dumps(record, indent=2) + "\n")
+        _commit(plan)
     return batch.worst_status(outcomes)
 
 
@@ -378,56 +514,96 @@ def _human_stream(args: argparse.Namespace):
     return _Discard() if getattr(args, "report", None) == STDOUT else sys.stdout
 
 
+def _plan(
+    plan: OutputPlan, path: str | Path | None, label: str, allow_stdout: bool = False
+) -> Path | None:
+    return None if path is None else plan.add(path, label, allow_stdout)
+
+
+def _plan_plot(plan: OutputPlan, args: argparse.Namespace) -> Path | None:
+    """The `--plot` destination, checked (matplotlib and the image format too)."""
+    plot = getattr(args, "plot", None)
+    if plot is None:
+        return None
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    formats = Figure().canvas.get_supported_filetypes()
+    if plot.suffix.lstrip(".").lower() not in formats:
+        raise NormfuseError(
+            f"--plot {plot}: give a file name ending in one of .{', .'.join(sorted(formats))}"
+        )
+    return plan.add(plot, "--plot")
+
+
+def _stage_text(plan: OutputPlan, given: str | None, path: Path | None, text: str) -> None:
+    """Stage `text` for `path`, or print it when the user gave `-` (standard output)."""
+    if path is not None:
+        plan.stage_bytes(path, text.encode())
+    elif given is not None:
+        print(text, end="" if text.endswith("\n") else "\n")
+
+
+def _commit(plan: OutputPlan) -> list[Path]:
+    """Write everything staged, once standard output has taken what was printed."""
+    sys.stdout.flush()
+    return plan.commit()
+
+
 def _optimize_one(
-    args: argparse.Namespace, model_path: Path, output: Path, stream
+    args: argparse.Namespace,
+    model_path: Path,
+    loaded: LoadedModel,
+    destination: Path,
+    plan: OutputPlan,
+    stream,
+    plot_path: Path | None,
 ) -> batch.Outcome:
-    """Optimise one model and write it; everything that can fail (validation, timing) runs
-    before the output is written. `stream`: where tables go (None: print nothing)."""
+    """Optimise one model and stage it in `plan`; everything that can fail (validation, timing)
+    runs first. `stream`: where tables go (None: print nothing)."""
 
     def say(text: str) -> None:
         if stream is not None:
             print(text, file=stream)
 
     options = _validation_options(args) if args.validate else None
-    dims = parse_dims(args.dims)
     result = normfuse.optimize(
-        model_path,
+        loaded.model,
         target=args.target,
         passes=args.passes,
+        base_dir=loaded.base_dir,
         validation=options,
         tune_for=args.tune_for,
-        dims=dims,
+        dims=parse_dims(args.dims),
     )
     report = result.report
+    report.input = str(model_path)
     if report.validation is not None and not report.validation.passed:
         say(report.table())
-        print(f"normfuse: validation failed; {output} not written", file=sys.stderr)
-        return batch.Outcome(model_path, output, EXIT_CHECK_FAILED, report)
+        print(f"normfuse: validation failed; {destination} not written", file=sys.stderr)
+        return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
     extra, later = {}, []
     if args.bench:
-        original = normfuse.model_io.load(model_path)
         models = [
-            BenchModel("original", original.model, original.base_dir),
+            BenchModel("original", loaded.model, loaded.base_dir),
             BenchModel("normfuse", result.model, result.base_dir),
         ]
-        timings = _time(models, args)
+        timings = run_bench(models, _bench_options(args))
         extra["bench"] = timings.as_dict()
         later.append(timings.table())
+        if plot_path is not None:
+            plot_ratios(timings, plan.temp_path(plot_path))
     if args.tune_for:
-        hint = _session_hint(BenchModel(str(output), result.model, result.base_dir), args)
+        hint = _session_hint(BenchModel(str(destination), result.model, result.base_dir), args)
         if hint:
             extra["session_hint"] = hint
             later.append(hint)
-    report.output = str(output)
-    normfuse.save(result, output)
+    report.output = str(destination)
+    stage_save(plan, result.model, destination, result.base_dir)
     say(report.table())
-    say(f"wrote {output}")
     for text in later:
         say(text)
-    if args.bench and args.plot is not None:
-        plot_ratios(timings, args.plot)
-        say(f"wrote {args.plot}")
-    return batch.Outcome(model_path, output, EXIT_OK, report, extra=extra)
+    return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)
 
 
 def _session_hint(model: BenchModel, args: argparse.Namespace) -> str | None:
@@ -446,21 +622,25 @@ def _session_hint(model: BenchModel, args: argparse.Namespace) -> str | None:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    loaded = normfuse.model_io.load(args.model)
-    model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
-    report = tune(model, _bench_options(args))
-    print(report.text(str(args.model)), file=_human_stream(args))
-    if args.report:
+    loaded, inputs = _load(args.model)
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
+        report = tune(model, _bench_options(args))
+        print(report.text(str(args.model)), file=_human_stream(args))
         data = {"model": str(args.model), **report.as_dict(str(args.model))}
-        _write_report(args.report, json.dumps(data, indent=2) + "\n")
+        _stage_text(plan, args.report, report_path, json.dumps(data, indent=2) + "\n")
+        _commit(plan)
     return EXIT_OK
 
 
 def _bench_options(args: argparse.Namespace) -> BenchOptions:
     warmup = 20 if args.warmup is None else args.warmup
     runs = 200 if args.runs is None else args.runs
-    if warmup < 0 or runs < 2:
-        raise NormfuseError("--warmup must be >= 0 and --runs >= 2")
+    if not (0 <= warmup <= MAX_RUNS and 2 <= runs <= MAX_RUNS):
+        raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
         levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
@@ -468,47 +648,49 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
         runs=runs,
         threads=args.threads,
         dims=parse_dims(args.dims),
-        seed=args.seed,
+        seed=_seed(args),
         npz=None if args.inputs is None else str(args.inputs),
         progress=sys.stderr.isatty() and not args.quiet,
     )
 
 
-def _time(models: list[BenchModel], args: argparse.Namespace) -> BenchReport:
-    options = _bench_options(args)
-    if args.plot is not None:
-        require_matplotlib()
-    return run_bench(models, options)
-
-
 def _bench(args: argparse.Namespace) -> int:
-    loaded = [normfuse.model_io.load(path) for path in args.models]
+    loaded, inputs = [], set()
+    for path in args.models:
+        model, files = _load(path)
+        loaded.append(model)
+        inputs |= files
     models = [
         BenchModel(str(path), item.model, item.base_dir)
         for path, item in zip(args.models, loaded, strict=True)
     ]
-    report = _time(models, args)
     stream = _human_stream(args)
-    print(report.table(), file=stream)
-    if args.report:
-        _write_report(args.report, json.dumps(report.as_dict(), indent=2) + "\n")
-    if args.plot is not None:
-        plot_ratios(report, args.plot)
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        plot_path = _plan_plot(plan, args)
+        report = run_bench(models, _bench_options(args))
+        print(report.table(), file=stream)
+        _stage_text(plan, args.report, report_path, json.dumps(report.as_dict(), indent=2) + "\n")
+        if plot_path is not None:
+            plot_ratios(report, plan.temp_path(plot_path))
+        _commit(plan)
+    if plot_path is not None:
         print(f"wrote {args.plot}", file=stream)
     return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
-    report = normfuse.validate(args.original, args.candidate, _validation_options(args))
+    inputs = _load(args.original)[1] | _load(args.candidate)[1]
     stream = _human_stream(args)
-    print(report.table(), file=stream)
-    if args.report:
-        data = {
-            "original": str(args.original),
-            "candidate": str(args.candidate),
-            **report.as_dict(),
-        }
-        _write_report(args.report, json.dumps(data, indent=2) + "\n")
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        options = _validation_options(args)
+        report = normfuse.validate(args.original, args.candidate, options)
+        print(report.table(), file=stream)
+        data = {"original": str(args.original), "candidate": str(args.candidate)}
+        text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
+        _stage_text(plan, args.report, report_path, text)
+        _commit(plan)
     print("validation passed" if report.passed else "validation FAILED", file=stream)
     return EXIT_OK if report.passed else EXIT_CHECK_FAILED
 
@@ -516,30 +698,24 @@ def _validate(args: argparse.Namespace) -> int:
 def _output_path(args: argparse.Namespace, model: Path) -> Path:
     if args.in_place:
         return model
-    if args.output.exists() and args.output.resolve() == model.resolve():
+    if os.path.exists(args.output) and args.output.resolve() == model.resolve():
         raise NormfuseError("-o is the input model; use --in-place to replace it")
     return args.output
 
 
-def _write_report(path: str, text: str) -> None:
-    """The JSON record to `path`, or to stdout for `-`."""
-    if path == STDOUT:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    target = Path(path)
-    if not target.resolve().parent.is_dir():
-        raise NormfuseError(f"{target}: report folder does not exist")
-    target.write_text(text)
-
-
 def _inspect(args: argparse.Namespace) -> int:
-    report = normfuse.inspect(args.model, target=args.target, passes=args.passes)
+    loaded, inputs = _load(args.model)
     destination = STDOUT if args.json else args.report
-    if destination != STDOUT:
-        print(report.table(sites=True))
-    if destination:
-        _write_report(destination, report.to_json())
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, destination, "--report", allow_stdout=True)
+        report = normfuse.inspect(
+            loaded.model, target=args.target, passes=args.passes, base_dir=loaded.base_dir
+        )
+        report.input = str(args.model)
+        if destination != STDOUT:
+            print(report.table(sites=True))
+        _stage_text(plan, destination, report_path, report.to_json())
+        _commit(plan)
     if args.check and report.sites:
         print(
             f"normfuse: check failed: {len(report.sites)} fusable site(s) left unfused",

@@ -1,5 +1,48 @@
-"""Errors that the command line reports as one line with exit code 2."""
+"""Errors that the command line reports as one line with exit code 2, and the guard that turns a
+malformed model's unexpected failure inside the rewrite into one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+DEBUG_VARIABLE = "NORMFUSE_DEBUG"
 
 
 class NormfuseError(Exception):
     """An expected failure caused by the user's input (bad file, bad option)."""
+
+
+def debugging() -> bool:
+    """True when NORMFUSE_DEBUG=1: unexpected errors keep their traceback."""
+    return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def guard_rewrite() -> Iterator[None]:
+    """Turn an unexpected exception raised while reading or rewriting a model (a malformed model
+    the matcher trips over, a graph nested too deeply) into `NormfuseError`, so that nothing is
+    fused and the caller gets the reason. With NORMFUSE_DEBUG=1 the exception passes unchanged."""
+    try:
+        yield
+    except NormfuseError:
+        raise
+    except RecursionError:
+        if debugging():
+            raise
+        raise NormfuseError(
+            "the model nests too deeply to rewrite safely (a very long chain or recursion)"
+        ) from None
+    except Exception as error:
+        if debugging():
+            raise
+        raise NormfuseError(
+            f"the rewrite cannot handle this model safely ({type(error).__name__}: "
+            f"{_one_line(error)}); set {DEBUG_VARIABLE}=1 for the traceback"
+        ) from None
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 200 else text[:197] + "..."

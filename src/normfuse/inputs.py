@@ -7,13 +7,17 @@ normal distribution; position ids (an integer input named like `position_ids`) c
 their last axis in every row, as a model sees them (rotary embeddings are exercised); other integer
 inputs that index a `Gather` (token and token-type ids) are drawn inside the indexed table; masks
 are all ones; booleans are true. `.npz` arrays replace generated ones, checked for name, dtype and
-shape.
+shape from each member's header before its data is inflated (pickles are never loaded). Inputs
+are refused before allocation when they would take more than MAX_INPUT_BYTES.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import zipfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,6 +26,9 @@ import onnx
 
 from normfuse.errors import NormfuseError
 
+MAX_DIM = 2**31 - 1
+# Generated and loaded inputs together may take this many bytes (checked before allocating).
+MAX_INPUT_BYTES = 4 * 2**30
 _BATCH_LIKE = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
 _POSITIONS = re.compile(r"position", re.IGNORECASE)
 # Ops an index may pass through on its way to a Gather.
@@ -34,8 +41,11 @@ def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
     for value in values or []:
         for item in value.split(","):
             name, sep, number = item.strip().partition("=")
-            if not sep or not name or not number.strip().isdigit():
+            number = number.strip()
+            if not sep or not name or not (number.isascii() and number.isdigit()):
                 raise NormfuseError(f"--dims takes NAME=N (N >= 0), got {item.strip()!r}")
+            if len(number) > 12 or int(number) > MAX_DIM:
+                raise NormfuseError(f"--dims {name.strip()}: {number} is larger than {MAX_DIM}")
             dims[name.strip()] = int(number)
     return dims
 
@@ -49,22 +59,50 @@ def make_inputs(
     """Feeds for every graph input of `model`, and notes on the defaults taken."""
     rng = np.random.default_rng(seed)
     check_dims(model, dims or {})
-    overrides = _load_npz(npz) if npz else {}
     notes: list[str] = []
     signature = graph_inputs(model)
-    unknown = sorted(set(overrides) - {info.name for info in signature})
-    if unknown:
-        raise NormfuseError(f"--inputs has arrays for unknown inputs: {', '.join(unknown)}")
+    dtypes = {info.name: _input_dtype(info) for info in signature}
+    overrides = _load_npz(npz, signature, dtypes) if npz else {}
+    shapes = {
+        info.name: _concrete_shape(info, dims or {}, notes)
+        for info in signature
+        if info.name not in overrides
+    }
+    _check_allocation(shapes, dtypes, sum(array.nbytes for array in overrides.values()))
     tables = _gather_table_sizes(model)
     feeds = {}
     for info in signature:
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)
         if info.name in overrides:
-            feeds[info.name] = _checked_override(info, dtype, overrides[info.name])
+            feeds[info.name] = overrides[info.name]
             continue
-        shape = _concrete_shape(info, dims or {}, notes)
+        dtype, shape = dtypes[info.name], shapes[info.name]
         feeds[info.name] = _generate(info.name, dtype, shape, tables.get(info.name), rng, notes)
     return feeds, notes
+
+
+def _input_dtype(info: onnx.ValueInfoProto) -> np.dtype:
+    if not info.type.HasField("tensor_type"):
+        raise NormfuseError(f"input {info.name!r} is not a tensor; normfuse feeds tensors only")
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise NormfuseError(
+            f"input {info.name!r} has an element type normfuse cannot feed"
+        ) from None
+
+
+def _check_allocation(
+    shapes: dict[str, list[int]], dtypes: dict[str, np.dtype], loaded: int
+) -> None:
+    """Refuse, before allocating, inputs that would take more than MAX_INPUT_BYTES."""
+    total = loaded
+    for name, shape in shapes.items():
+        total += math.prod(shape) * dtypes[name].itemsize
+        if total > MAX_INPUT_BYTES:
+            raise NormfuseError(
+                f"input {name!r} of shape {shape}: the inputs would take more than "
+                f"{MAX_INPUT_BYTES // 2**30} GiB; set smaller --dims"
+            )
 
 
 def input_shapes(
@@ -102,31 +140,74 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [info for info in model.graph.input if info.name not in initializers]
 
 
-def _load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def _load_npz(
+    path: str | os.PathLike, signature: list[onnx.ValueInfoProto], dtypes: dict[str, np.dtype]
+) -> dict[str, np.ndarray]:
+    """The arrays of an `.npz` file, each member's name, dtype, shape and size checked against
+    the model (from its header) before its data is inflated; pickles are never loaded."""
     if not Path(path).is_file():
         raise NormfuseError(f"--inputs {path}: no such file")
+    infos = {info.name: info for info in signature}
+    arrays = {}
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError) as error:
+        with zipfile.ZipFile(path) as archive:
+            members = {_member_name(member.filename): member for member in archive.infolist()}
+            unknown = sorted(set(members) - set(infos))
+            if unknown:
+                raise NormfuseError(f"--inputs has arrays for unknown inputs: {', '.join(unknown)}")
+            total = 0
+            for name, member in members.items():
+                with archive.open(member) as file:
+                    shape, fortran, dtype = _npy_header(file)
+                    _checked_override(infos[name], dtypes[name], dtype, shape)
+                    size = math.prod(shape) * dtype.itemsize
+                    total += size
+                    if total > MAX_INPUT_BYTES or member.file_size > size + 2**16:
+                        raise NormfuseError(f"--inputs {path}: member {name!r} is too large")
+                    arrays[name] = _read_data(file, shape, fortran, dtype, size)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
         raise NormfuseError(f"--inputs {path}: not a readable .npz file ({error})") from None
+    return arrays
 
 
-def _checked_override(info: onnx.ValueInfoProto, dtype: np.dtype, array: np.ndarray) -> np.ndarray:
-    if array.dtype != dtype:
-        raise NormfuseError(f"--inputs {info.name!r} is {array.dtype}, the model expects {dtype}")
+def _member_name(filename: str) -> str:
+    return filename[: -len(".npy")] if filename.endswith(".npy") else filename
+
+
+def _npy_header(file) -> tuple[tuple[int, ...], bool, np.dtype]:
+    version = np.lib.format.read_magic(file)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(file)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype.hasobject:
+        raise ValueError("object arrays (pickles) are not loaded")
+    return shape, fortran, dtype
+
+
+def _read_data(file, shape, fortran: bool, dtype: np.dtype, size: int) -> np.ndarray:
+    data = file.read(size)
+    if len(data) != size:
+        raise ValueError("array data is truncated")
+    return np.frombuffer(bytearray(data), dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _checked_override(
+    info: onnx.ValueInfoProto, dtype: np.dtype, found: np.dtype, shape: tuple[int, ...]
+) -> None:
+    if found != dtype:
+        raise NormfuseError(f"--inputs {info.name!r} is {found}, the model expects {dtype}")
     dims = info.type.tensor_type.shape.dim
-    if len(dims) != array.ndim or any(
+    if len(dims) != len(shape) or any(
         dim.HasField("dim_value") and dim.dim_value != size
-        for dim, size in zip(dims, array.shape, strict=True)
+        for dim, size in zip(dims, shape, strict=True)
     ):
         expected = [
             dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in dims
         ]
-        raise NormfuseError(
-            f"--inputs {info.name!r} has shape {list(array.shape)}, expected {expected}"
-        )
-    return array
+        raise NormfuseError(f"--inputs {info.name!r} has shape {list(shape)}, expected {expected}")
 
 
 def _concrete_shape(info: onnx.ValueInfoProto, dims: dict[str, int], notes: list[str]) -> list[int]:

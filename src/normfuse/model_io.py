@@ -2,26 +2,31 @@
 
 Loading never reads external weights into memory: tensors stored in external data keep their
 `external_data` entries, each entry's location is checked to stay inside the model's folder, and
-the file must hold the declared bytes. Saving writes to a temporary file in the destination folder
-and renames it into place. External data is referenced where it is when the output goes into the
-source folder (nothing is rewritten); elsewhere it is streamed, in chunks, into one file beside the
-output. Tensors normfuse creates (fused scales and biases) are small and stored inline.
+the file must hold the declared bytes; a file over protobuf's 2 GiB is refused before it is read.
+Saving plans the model's destinations in an `outputs.OutputPlan` (`plan_save`, before any work),
+stages them beside each destination (`stage_save`) and renames them into place on commit.
+External data is referenced where it is when the output goes into the source folder (nothing is
+rewritten); elsewhere it is streamed, in chunks, into one file beside the output. Tensors
+normfuse creates (fused scales and biases) are small and stored inline.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+from onnx.external_data_helper import uses_external_data
 
 from normfuse.errors import NormfuseError
+from normfuse.outputs import OutputPlan
 
+MAX_PROTOBUF_BYTES = 2**31 - 1
 _COPY_CHUNK = 16 * 1024 * 1024
 _ALIGN = 4096
 
@@ -37,13 +42,7 @@ class LoadedModel:
 def load(path: str | os.PathLike) -> LoadedModel:
     """Read an ONNX model from `path`, leaving external weights on disk (checked, not read)."""
     path = Path(path)
-    if not path.exists():
-        raise NormfuseError(f"{path}: no such file")
-    if not path.is_file():
-        raise NormfuseError(f"{path}: not a regular file")
-    data = path.read_bytes()
-    if not data:
-        raise NormfuseError(f"{path}: empty file, not an ONNX model")
+    data = _read_model_bytes(path)
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -52,9 +51,53 @@ def load(path: str | os.PathLike) -> LoadedModel:
     if not model.HasField("graph") or not model.opset_import:
         raise NormfuseError(f"{path}: not an ONNX model (no graph or no opset import)")
     base_dir = path.resolve().parent
-    for tensor in external_tensors(model):
-        check_external_location(tensor, base_dir)
+    check_external_data(model, base_dir)
     return LoadedModel(model, base_dir)
+
+
+def _read_model_bytes(path: Path) -> bytes:
+    """The file's bytes, refusing what is not a regular file or larger than protobuf allows
+    before reading anything."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise NormfuseError(f"{path}: no such file") from None
+    except OSError as error:
+        raise NormfuseError(f"{path}: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise NormfuseError(f"{path}: not a regular file")
+    if info.st_size == 0:
+        raise NormfuseError(f"{path}: empty file, not an ONNX model")
+    if info.st_size > MAX_PROTOBUF_BYTES:
+        raise NormfuseError(
+            f"{path}: {info.st_size} bytes; an ONNX protobuf file cannot exceed 2 GiB (larger "
+            "models keep their weights in external data)"
+        )
+    try:
+        with path.open("rb") as file:
+            return file.read(MAX_PROTOBUF_BYTES + 1)
+    except OSError as error:
+        raise NormfuseError(f"{path}: cannot read ({error.strerror or error})") from None
+
+
+def check_external_data(model: onnx.ModelProto, base_dir: Path | None) -> None:
+    """Check every external-data entry of `model` against `base_dir` (see
+    `check_external_location`); a model with external data needs a `base_dir`."""
+    tensors = list(external_tensors(model))
+    if tensors and base_dir is None:
+        raise NormfuseError(
+            f"tensor {tensors[0].name!r} is in external data; pass the folder it is in (base_dir)"
+        )
+    for tensor in tensors:
+        check_external_location(tensor, Path(base_dir))
+
+
+def external_files(model: onnx.ModelProto, base_dir: Path | None) -> set[Path]:
+    """The files (resolved) holding `model`'s external data."""
+    if base_dir is None:
+        return set()
+    tensors = external_tensors(model)
+    return {check_external_location(tensor, base_dir).resolve() for tensor in tensors}
 
 
 def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -76,22 +119,69 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from _graph_tensors(subgraph)
 
 
+@dataclass(frozen=True)
+class ExternalEntry:
+    """One tensor's external-data entry, parsed and checked for form (not yet against files)."""
+
+    location: str
+    offset: int
+    length: int | None
+
+
+def external_entry(tensor: onnx.TensorProto) -> ExternalEntry:
+    """Parse `tensor`'s external-data entry: a text location without NUL, and offset and length,
+    when given, as non-negative decimal integers."""
+    values: dict[str, object] = {entry.key: entry.value for entry in tensor.external_data}
+    name = tensor.name if isinstance(tensor.name, str) else repr(tensor.name)
+    location = values.get("location", "")
+    if not isinstance(location, str) or "\0" in location:
+        raise NormfuseError(
+            f"tensor {name!r}: external data location {location!r} is not a valid file name"
+        )
+    numbers: dict[str, int | None] = {}
+    for key in ("offset", "length"):
+        text = values.get(key)
+        if text is None:
+            numbers[key] = None
+        elif isinstance(text, str) and text.isascii() and text.isdigit() and len(text) < 20:
+            numbers[key] = int(text)
+        else:
+            raise NormfuseError(
+                f"tensor {name!r}: external data {key} {text!r} is not a non-negative integer"
+            )
+    return ExternalEntry(location, numbers["offset"] or 0, numbers["length"])
+
+
 def check_external_location(tensor: onnx.TensorProto, base_dir: Path) -> Path:
     """Return the file holding `tensor`'s data, refusing paths that leave `base_dir`."""
-    info = ExternalDataInfo(tensor)
-    location = info.location
+    entry = external_entry(tensor)
+    location = entry.location
     where = f"tensor {tensor.name!r}: external data location {location!r}"
     if not location or os.path.isabs(location) or Path(location).is_absolute():
         raise NormfuseError(f"{where} is absolute or empty; only paths inside the model's folder")
     if ".." in Path(location).parts:
         raise NormfuseError(f"{where} contains '..'; only paths inside the model's folder")
     file = base_dir / location
-    if file.is_symlink() or not file.resolve().is_relative_to(base_dir.resolve()):
-        raise NormfuseError(f"{where} leaves the model's folder through a symbolic link")
-    if not file.is_file():
-        raise NormfuseError(f"{where}: file {file} is missing")
-    length = info.length if info.length else _nbytes(tensor)
-    if length is not None and info.offset + length > file.stat().st_size:
+    try:
+        inside = file.resolve().is_relative_to(base_dir.resolve())
+        if not inside:
+            raise NormfuseError(f"{where} leaves the model's folder through a symbolic link")
+        if any(
+            prefix.is_symlink()
+            for prefix in [file, *file.parents]
+            if prefix != base_dir and prefix.is_relative_to(base_dir)
+        ):
+            raise NormfuseError(f"{where} passes through a symbolic link (ONNX refuses those)")
+        if not file.is_file():
+            raise NormfuseError(f"{where}: file {file} is missing")
+        size = file.stat().st_size
+        os.close(os.open(file, os.O_RDONLY))  # readable by this user
+    except PermissionError:
+        raise NormfuseError(f"{where}: cannot read {file} (permission denied)") from None
+    except (OSError, RuntimeError) as error:
+        raise NormfuseError(f"{where}: {getattr(error, 'strerror', None) or error}") from None
+    length = entry.length if entry.length else _nbytes(tensor)
+    if length is not None and entry.offset + length > size:
         raise NormfuseError(f"{where}: file {file} is shorter than the declared data")
     return file
 
@@ -112,32 +202,63 @@ def save(
     model: onnx.ModelProto, path: str | os.PathLike, base_dir: str | os.PathLike | None = None
 ) -> None:
     """Write `model` to `path` atomically; external data (in `base_dir`) is referenced in place
-    when `path` is in `base_dir`, else streamed into `<path>.data` beside it."""
-    path = Path(path)
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise NormfuseError(f"{path}: output folder {folder} does not exist")
+    when `path` is in `base_dir`, else streamed into `<path>.data` beside it. The model's own
+    external-data files are never overwritten (see `normfuse.outputs`)."""
+    folder = None if base_dir is None else Path(base_dir).resolve()
+    with OutputPlan(external_files(model, folder)) as plan:
+        destination = plan_save(plan, Path(path), model, folder)
+        stage_save(plan, model, destination, folder)
+        plan.commit()
+
+
+def plan_save(
+    plan: OutputPlan,
+    path: Path,
+    model: onnx.ModelProto,
+    base_dir: Path | None,
+    label: str = "-o",
+    in_place: bool = False,
+) -> Path:
+    """Reserve `path` in `plan` for `model` (and `<path>.data` when its external data must be
+    copied there); returns the destination to pass to `stage_save`."""
+    destination = plan.add_in_place(path, label) if in_place else plan.add(path, label)
+    assert destination is not None
+    if _data_destination(model, destination, base_dir) is not None:
+        plan.add(destination.with_name(destination.name + ".data"), f"{label} data")
+    return destination
+
+
+def stage_save(
+    plan: OutputPlan, model: onnx.ModelProto, destination: Path, base_dir: Path | None
+) -> None:
+    """Stage `model` (reserved with `plan_save`) and its external data; `plan.commit()` writes."""
     model = _copy_without_mutating(model)
     tensors = list(external_tensors(model))
-    data_name = path.name + ".data"
-    data_tmp = None
+    data = _data_destination(model, destination, base_dir)
+    if tensors and base_dir is None:
+        raise NormfuseError("model uses external data but its source folder is unknown")
+    if data is None:
+        for tensor in tensors:  # same folder: reference the data in place, write none
+            check_external_location(tensor, destination.parent)
+    else:
+        assert base_dir is not None
+        plan.stage(data, lambda out: _write_external_data(tensors, base_dir, out, data.name))
     try:
-        if tensors:
-            if base_dir is None:
-                raise NormfuseError("model uses external data but its source folder is unknown")
-            if Path(base_dir).resolve() == folder:
-                for tensor in tensors:  # same folder: reference the data in place, write none
-                    check_external_location(tensor, folder)
-            else:
-                data_tmp = _write_external_data(tensors, Path(base_dir), folder, data_name)
-        model_tmp = _write_temp(folder, path.name, model.SerializeToString())
-        if data_tmp is not None:
-            os.replace(data_tmp, folder / data_name)
-            data_tmp = None
-        os.replace(model_tmp, path)
-    finally:
-        if data_tmp is not None:
-            data_tmp.unlink(missing_ok=True)
+        payload = model.SerializeToString()
+    except ValueError as error:  # over protobuf's 2 GiB
+        raise NormfuseError(f"cannot write {destination}: {error}") from None
+    plan.stage_bytes(destination, payload)
+
+
+def _data_destination(
+    model: onnx.ModelProto, destination: Path, base_dir: Path | None
+) -> Path | None:
+    """Where `model`'s external data must be copied, or None when it is referenced in place."""
+    if base_dir is None or base_dir.resolve() == destination.parent:
+        return None
+    if next(external_tensors(model), None) is None:
+        return None
+    return destination.with_name(destination.name + ".data")
 
 
 def _copy_without_mutating(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -146,41 +267,18 @@ def _copy_without_mutating(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def _write_temp(folder: Path, name: str, payload: bytes) -> Path:
-    """Write `payload` to a new temporary file in `folder`; the caller renames it."""
-    handle, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(payload)
-            file.flush()
-            os.fsync(file.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
-
-
 def _write_external_data(
-    tensors: list[onnx.TensorProto], base_dir: Path, folder: Path, data_name: str
-) -> Path:
-    """Stream each tensor's bytes into one temporary data file and repoint the tensors at it."""
-    handle, tmp = tempfile.mkstemp(prefix=f".{data_name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            for tensor in tensors:
-                source = check_external_location(tensor, base_dir)
-                info = ExternalDataInfo(tensor)
-                length = info.length if info.length else _nbytes(tensor) or 0
-                out.seek((out.tell() + _ALIGN - 1) // _ALIGN * _ALIGN)
-                offset = out.tell()
-                _copy_range(source, info.offset, length, out)
-                _set_external_data(tensor, data_name, offset, length)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
+    tensors: list[onnx.TensorProto], base_dir: Path, out: BinaryIO, data_name: str
+) -> None:
+    """Stream each tensor's bytes into `out` and repoint the tensors at `data_name`."""
+    for tensor in tensors:
+        source = check_external_location(tensor, base_dir)
+        entry = external_entry(tensor)
+        length = entry.length if entry.length else _nbytes(tensor) or 0
+        out.seek((out.tell() + _ALIGN - 1) // _ALIGN * _ALIGN)
+        offset = out.tell()
+        _copy_range(source, entry.offset, length, out)
+        _set_external_data(tensor, data_name, offset, length)
 
 
 def _copy_range(source: Path, offset: int, length: int, out) -> None:

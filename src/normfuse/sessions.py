@@ -56,7 +56,7 @@ def create(
     """
     options = ort.SessionOptions()
     options.graph_optimization_level = LEVELS[level]
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # errors come back as exceptions; none printed
     if base_dir is not None:
         options.add_session_config_entry(EXTERNAL_FOLDER_KEY, str(base_dir))
     return create_with_options(model, provider, options)

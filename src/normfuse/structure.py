@@ -3,7 +3,8 @@
 `onnx.checker` is not used as the gate: it rejects the ONNX Runtime-only output normfuse itself
 writes (e.g. `LayerNormalization` below opset 17). These checks ask only what the rewrite relies
 on: every tensor produced once, every input produced somewhere (graph input, initializer, node, or
-an enclosing graph), no cycles, every node's domain imported, and an opset the installed onnx knows.
+an enclosing graph), no cycles, every node's domain imported, an opset the installed onnx knows,
+and no model-local function that calls itself (directly or through others).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def check_structure(model: onnx.ModelProto) -> None:
         )
     _check_text(model.graph)
     _check_graph(model.graph, set(), set(imported) | {"ai.onnx"})
+    _check_function_calls(model)
 
 
 def _check_text(graph: onnx.GraphProto) -> None:
@@ -108,3 +110,25 @@ def _check_acyclic(graph: onnx.GraphProto) -> None:
     if ordered < len(graph.node):
         stuck = next(graph.node[i] for i, count in enumerate(waiting) if count > 0)
         raise NormfuseError(f"the graph has a cycle through node {stuck.name or stuck.op_type!r}")
+
+
+def _check_function_calls(model: onnx.ModelProto) -> None:
+    """Model-local functions must not recurse (ONNX forbids it; expanding one never ends)."""
+    calls = {
+        (function.domain, function.name): {(node.domain, node.op_type) for node in function.node}
+        for function in model.functions
+    }
+    done: set[tuple[str, str]] = set()
+    for start in calls:
+        path, stack = [start], [iter(sorted(calls[start] & calls.keys()))]
+        while stack:
+            callee = next(stack[-1], None)
+            if callee is None:
+                done.add(path.pop())
+                stack.pop()
+            elif callee in path:
+                chain = " -> ".join(name for _, name in [*path[path.index(callee) :], callee])
+                raise NormfuseError(f"model-local functions call themselves: {chain}")
+            elif callee not in done:
+                path.append(callee)
+                stack.append(iter(sorted(calls[callee] & calls.keys())))
