@@ -169,7 +169,11 @@ def test_if_branch_shadowing_an_outer_gamma(config, shadow):
     model = _if_model(shadow)
     feeds = feeds_for({"c": np.array(True)}) + feeds_for({"c": np.array(False)})
     report = assert_sound(model, feeds, config)
-    assert [site.kind for site in report.sites] == ["layer-norm"]
+    if shadow:  # which gamma the branch reads is runtime-defined: nothing is rewritten
+        assert not report.sites
+        assert [miss.reason for miss in report.near_misses] == ["unsupported-scope"]
+    else:
+        assert [site.kind for site in report.sites] == ["layer-norm"]
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())

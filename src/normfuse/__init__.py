@@ -214,8 +214,9 @@ def _finalise(
     opset_needed = max(site.opset for site in sites)
     if opset_needed > targets.default_opset(original):
         targets.set_default_opset(optimised, opset_needed)
-    for domain in sorted({site.domain for site in sites} - {"", "ai.onnx"}):
-        targets.import_domain(optimised, domain)
+    for domain in sorted({site.domain for site in sites} - {"ai.onnx"}):
+        version = targets.default_opset(optimised) if domain == "" else 1
+        targets.import_domain(optimised, domain, version)
     guard.check_output(original, optimised, any(site.ort_only for site in sites))
     return optimised
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -104,7 +105,11 @@ class ConstantReader:
         int truncation and out-of-range values are left to the runtime)."""
         to = node.attrs.get("to")
         value = self.value(node.inputs[0])
-        if value is None or not isinstance(to, int) or to not in _FOLDABLE_TYPES:
+        if value is None or not isinstance(to, int):
+            return None
+        if to in _FLOAT8_TYPES or value.dtype in _FLOAT8_DTYPES:
+            return _cast_float8(value, to, node.attrs.get("saturate", 1))
+        if to not in _FOLDABLE_TYPES:
             return None
         target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
         if np.issubdtype(target, np.integer) and (
@@ -187,6 +192,35 @@ class ConstantReader:
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
             return None
         return float(value.reshape(()))
+
+
+_FLOAT8_TYPES = {
+    onnx.TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
+    onnx.TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+    onnx.TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2,
+    onnx.TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+}
+_FLOAT8_DTYPES = {np.dtype(dtype) for dtype in _FLOAT8_TYPES.values()}
+
+
+def _cast_float8(value: np.ndarray, to: int, saturate) -> np.ndarray | None:
+    """Cast to or from a float8 type as ONNX defines it: round to nearest even; with `saturate`
+    (the default) out-of-range values and infinities clamp to the largest finite value, without
+    it they become Inf (e5m2) or NaN (types without Inf). Float8 to float is exact."""
+    if value.dtype in _FLOAT8_DTYPES:  # widening: exact
+        target = onnx.helper.tensor_dtype_to_np_dtype(to) if to in _FOLDABLE_TYPES else None
+        if target is None or not np.issubdtype(np.dtype(target), np.floating):
+            return None
+        return value.astype(np.float32).astype(target)
+    if value.dtype.type not in _FLOAT_DTYPES or not isinstance(saturate, int):
+        return None
+    dtype = _FLOAT8_TYPES[to]
+    wide = value.astype(np.float64)
+    if saturate:
+        largest = float(ml_dtypes.finfo(dtype).max)
+        wide = np.where(np.isnan(wide), wide, np.clip(wide, -largest, largest))
+    with np.errstate(all="ignore"):
+        return wide.astype(dtype)
 
 
 _FLOAT_OPS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}

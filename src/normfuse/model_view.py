@@ -15,7 +15,13 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.errors import NormfuseError
-from normfuse.scopes import all_graphs, body_overridable, overridable, unique_names
+from normfuse.scopes import (
+    all_graphs,
+    body_overridable,
+    overridable,
+    shadowing_initializers,
+    unique_names,
+)
 from normfuse.shapes import TensorType, TypeFacts, derive_types, function_types
 
 
@@ -43,15 +49,28 @@ class ModelView:
             graph = gs.import_onnx(self.model)
         except Exception as error:
             raise NormfuseError(f"cannot read the model's graph: {error}") from None
+        # gs keeps the model's own opset-import containers and appends to them on export: give
+        # the graph copies, so that the caller's model is never changed.
+        for scope in [graph, *graph.functions]:
+            scope.import_domains = [
+                onnx.helper.make_opsetid(entry.domain, entry.version)
+                for entry in scope.import_domains or []
+            ]
+        self._overridable_as_inputs(graph)
+        return graph
+
+    def _overridable_as_inputs(self, graph: gs.Graph) -> None:
+        """Overridable initializers become variables in every scope that reads them (gs gives
+        each body its own tensor object for an outer initializer), and graph inputs again."""
         tensors = graph.tensors()
-        for info in self.model.graph.input:
-            tensor = tensors.get(info.name)
-            if info.name in self.overridable and isinstance(tensor, gs.Constant):
-                tensor.to_variable(shape=list(tensor.shape))
-                tensor.type = "tensor_type"  # what gs sets on variables it imports itself
+        for scope in [graph, *graph.subgraphs(recursive=True)]:
+            for node in scope.nodes:
+                for tensor in node.inputs:
+                    if tensor.name in self.overridable and isinstance(tensor, gs.Constant):
+                        tensor.to_variable(shape=list(tensor.shape))
+                        tensor.type = "tensor_type"  # what gs sets on variables it imports
         inputs = self.model.graph.input
         graph.inputs = [tensors[info.name] for info in inputs if info.name in tensors]
-        return graph
 
     def overridable_initializers(self) -> list[onnx.TensorProto]:
         """The initializers that are also graph inputs, as the model has them (their defaults)."""
@@ -63,8 +82,14 @@ def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
     unique = unique_names(model)
     facts = derive_types(unique)
     nested = body_overridable(unique)
+    shadowing = shadowing_initializers(model)
     unsupported = None
-    if nested:
+    if shadowing:
+        unsupported = (
+            f"a nested body's initializer {sorted(shadowing)[0]!r} is named like an outer value; "
+            "which one it means is runtime-defined, so the model is left as it is"
+        )
+    elif nested:
         unsupported = (
             f"a nested body lists its initializer {sorted(nested)[0]!r} as a body input too"
         )

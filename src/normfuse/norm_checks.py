@@ -58,6 +58,11 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     x_type = _known_type(x, context)
     upcast = match.node("upcast") if "upcast" in match else None
     downcast = match.node("downcast") if "downcast" in match else None
+    if upcast is not None and downcast is None and upcast.attrs.get("to") in FLOAT_TYPES:
+        # Statistics of a Cast's output (an integer or wide input made float): the fused node
+        # reads the Cast's output, and the Cast stays.
+        x = match["upcast"]
+        return FusedIO(x, upcast.attrs["to"], FLOAT_TYPES[upcast.attrs["to"]], None, (upcast,))
     if upcast is not None and (
         upcast.attrs.get("to") != onnx.TensorProto.FLOAT or x_type not in UPCAST_SOURCES
     ):

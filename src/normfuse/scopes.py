@@ -61,6 +61,30 @@ def body_overridable(model: onnx.ModelProto) -> set[str]:
     return found
 
 
+def shadowing_initializers(model: onnx.ModelProto) -> set[str]:
+    """Initializers of nested bodies named like a value an enclosing scope already defines.
+
+    Which value such a name means is not settled: the ONNX spec asks for unique names, and ONNX
+    Runtime binds the outer value where the outer graph uses it but drops an outer initializer
+    that only bodies read, so that the body's own one wins (both seen with onnxruntime 1.32). A
+    body input of the same name always wins. No rewrite may pick a side: such models are left
+    as they are.
+    """
+    found: set[str] = set()
+
+    def visit(graph: onnx.GraphProto, visible: set[str]) -> None:
+        for node in graph.node:
+            for body in subgraphs(node):
+                inner = visible - {info.name for info in body.input}
+                found.update(t.name for t in body.initializer if t.name in inner)
+                visit(body, visible | set(definitions(body)))
+
+    visit(model.graph, set(definitions(model.graph)))
+    for function in model.functions:
+        visit(_function_graph(function), {*function.input, *_node_outputs(function.node)})
+    return found
+
+
 def unique_names(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` itself when no nested body redefines a name, else a copy where every redefinition
     in a body is renamed (with the uses it reaches). Main-graph and function-level names, the
@@ -99,7 +123,11 @@ class _Renamer:
 
     def graph(self, graph: onnx.GraphProto, outer: dict[str, str]) -> None:
         """Bind each name `graph` defines (fresh where claimed), rewrite every reference inside
-        `graph` to the definition it resolves to, then do the same for bodies below it."""
+        `graph` to the definition it resolves to, then do the same for bodies below it.
+
+        A body input named like an outer value wins inside the body (as in ONNX Runtime), and is
+        renamed like any definition. (Body initializers named like outer values are refused
+        before this: see `shadowing_initializers`.)"""
         env = dict(outer)
         for name in dict.fromkeys(definitions(graph)):  # an input that is also an initializer
             if name in self.claimed:
@@ -128,6 +156,8 @@ class _Renamer:
 
 
 def _has_redefinitions(model: onnx.ModelProto) -> bool:
+    """True when some name is defined twice anywhere (every shadowing, sibling reuse, or body
+    initializer named like an outer value has one)."""
     counts = Counter(name for graph in all_graphs(model.graph) for name in definitions(graph))
     for function in model.functions:
         names = [*function.input, *_node_outputs(function.node)]

@@ -52,8 +52,9 @@ def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = skeleton(model)
     for graph in all_graphs(copy.graph):
         del graph.value_info[:]
+        inputs = {info.name for info in graph.input}
         for info in graph.output:
-            if info.type.HasField("tensor_type"):
+            if info.type.HasField("tensor_type") and info.name not in inputs:
                 info.type.tensor_type.ClearField("shape")
     return copy
 

@@ -181,7 +181,8 @@ def set_default_opset(model: onnx.ModelProto, opset: int) -> None:
 
 
 def import_domain(model: onnx.ModelProto, domain: str, version: int = 1) -> None:
-    """Import operator set `domain` (e.g. com.microsoft for ONNX Runtime's ops) if not yet."""
+    """Import operator set `domain` (e.g. com.microsoft for ONNX Runtime's ops) if not yet under
+    that exact spelling (nodes in domain "" need "" itself; an "ai.onnx" import does not serve)."""
     if not any(entry.domain == domain for entry in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
 

@@ -161,8 +161,18 @@ def compare_models(
     runs = []
     for provider in options.providers:
         for level in WHOLE_MODEL_LEVELS:
-            expected = sessions.create(original, provider, level, original_dir).run(None, feeds)
-            actual = sessions.create(candidate, provider, level, candidate_dir).run(None, feeds)
+            try:
+                expected = _run(original, provider, level, original_dir, feeds, "the original")
+            except NormfuseError as error:
+                if level == "disable":
+                    raise
+                notes.append(f"level {level} on {provider} skipped: {error}")
+                continue
+            try:
+                actual = sessions.create(candidate, provider, level, candidate_dir).run(None, feeds)
+            except Exception as error:  # the candidate fails where the original runs: a failure
+                runs.append(RunComparison(provider, level, _not_run(names, error)))
+                continue
             outputs = tuple(
                 compare_output(
                     name,
@@ -177,6 +187,28 @@ def compare_models(
             )
             runs.append(RunComparison(provider, level, outputs))
     return ValidationReport(runs, notes=notes)
+
+
+def _run(model, provider: str, level: str, base_dir, feeds: dict, what: str) -> list:
+    """`model`'s outputs; `NormfuseError` when it cannot run on these inputs (a model the user
+    must give other inputs or dims for, not a failed check)."""
+    try:
+        return sessions.create(model, provider, level, base_dir).run(None, feeds)
+    except NormfuseError:
+        raise
+    except Exception as error:
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        raise NormfuseError(
+            f"{what} does not run on the validation inputs ({provider}, level {level}): "
+            f"{type(error).__name__}: {first} (give --dims or --inputs)"
+        ) from None
+
+
+def _not_run(names: list[str], error: Exception) -> tuple[OutputComparison, ...]:
+    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+    detail = f"the candidate failed to run: {type(error).__name__}: {first}"
+    inf = float("inf")
+    return tuple(OutputComparison(n, "", inf, inf, inf, 0, 0, False, detail) for n in names)
 
 
 _NARROW_FIRST = {

@@ -349,10 +349,10 @@ def _(w: Work) -> Run:
 
     def check(folder: Path) -> None:
         assert target.read_bytes() == b"precious"
-        target.unlink()
         assert not (folder / "o.onnx").is_symlink()
 
-    return Run(["optimize", w.model(), "-o", link], code=0, writes=("o.onnx",), check=check)
+    argv = ["optimize", w.model(), "-o", link]
+    return Run(argv, code=0, writes=("o.onnx",), check=check, cleanup=target.unlink)
 
 
 @case("outputs", "o-dangling-link")

@@ -32,7 +32,8 @@ class Run:
     seconds or once a file matching `wait_for` exists, `stdout` "closed", "full" or "broken",
     `user` "root-without-dac" (root without CAP_DAC_*: file modes apply), `fsize` an
     RLIMIT_FSIZE; `umask`: the umask to run under; `check`: a function of the case folder
-    asserting more; `skip`: a reason not to run here.
+    asserting more; `skip`: a reason not to run here; `cleanup`: run afterwards whatever
+    happened (for files a case puts outside its folder).
     """
 
     argv: list[str] = field(default_factory=list)
@@ -50,6 +51,7 @@ class Run:
     umask: int | None = None
     check: Callable[[Path], None] | None = None
     skip: str | None = None
+    cleanup: Callable[[], None] | None = None
 
 
 @dataclass
@@ -85,12 +87,20 @@ def snapshot(folder: Path) -> dict[str, str]:
 def run_case(run: Run, case_dir: Path, outside: Path) -> Outcome:
     """Run `run` with `case_dir` holding its files; `outside` must stay as it is."""
     before, outside_before = snapshot(case_dir), snapshot(outside)
-    if run.call is not None:
-        code, stderr, traceback = _call(run)
-    elif run.subprocess:
-        code, stderr, traceback = _subprocess(run, case_dir)
-    else:
-        code, stderr, traceback = _in_process(run)
+    try:
+        if run.call is not None:
+            code, stderr, traceback = _call(run)
+        elif run.subprocess:
+            code, stderr, traceback = _subprocess(run, case_dir)
+        else:
+            code, stderr, traceback = _in_process(run)
+        return _outcome(run, case_dir, outside, before, outside_before, code, stderr, traceback)
+    finally:
+        if run.cleanup is not None:
+            run.cleanup()
+
+
+def _outcome(run, case_dir, outside, before, outside_before, code, stderr, traceback) -> Outcome:
     after = snapshot(case_dir)
     outcome = Outcome(code, stderr, [], traceback=traceback, hang=code is None)
     allowed = set(run.writes) if code == 0 else set()
