@@ -274,6 +274,21 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _copy_without_graph(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every model-level field of `model` but its graph (whose weights need not be copied)."""
+    copy = onnx.ModelProto()
+    for descriptor, value in model.ListFields():
+        if descriptor.name == "graph":
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(copy, descriptor.name).extend(value)
+        elif descriptor.message_type is not None:
+            getattr(copy, descriptor.name).CopyFrom(value)
+        else:
+            setattr(copy, descriptor.name, value)
+    return copy
+
+
 def _export(
     original: onnx.ModelProto, view: model_view.ModelView, graph: gs.Graph
 ) -> onnx.ModelProto:
@@ -284,7 +299,7 @@ def _export(
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
         raise NormfuseError(f"cannot write the rewritten graph: {error}") from None
     exported = exported_model.graph
-    optimised = _copy(original)
+    optimised = _copy_without_graph(original)
     optimised.graph.CopyFrom(exported)
     if original.functions:
         rewritten = {(f.domain, f.name): f for f in exported_model.functions}
