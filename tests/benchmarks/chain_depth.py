@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import normfuse  # noqa: E402
-from models import builders  # noqa: E402
+import normfuse
+from models import builders
 
 
 def main() -> None:

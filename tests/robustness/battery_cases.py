@@ -1196,4 +1196,5 @@ def _(w: Work) -> Run:
     bert = Path(__file__).resolve().parents[2] / "models" / "real" / "bert_opset14.onnx"
     model = w.file("bert.onnx", bert.read_bytes())
     argv = ["validate", model, model, "--dims", "batch=0,sequence=4"]
-    return Run(argv, message="does not run on the validation inputs", subprocess=True)  # ORT logs to fd 2
+    # subprocess: ORT logs to fd 2
+    return Run(argv, message="does not run on the validation inputs", subprocess=True)
