@@ -63,7 +63,7 @@ _reshaped_variance = Op(
 _DYNAMO_VAR = Op(
     "Div",
     Op("Sub", Var("x"), _mean, name="centered"),
-    Op("Sqrt", Op("Add", _reshaped_variance, Const("epsilon"), name="shifted")),
+    Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted")),
     name="normed",
 )
 PATTERNS = (STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)

@@ -69,7 +69,7 @@ _variance = AnyOf(
         name="variance",
     ),
 )
-_shifted = Op("Add", _variance, Const("epsilon"), name="shifted")
+_shifted = Op("Add", _variance, Var("epsilon"), name="shifted")
 _std = Op("Sqrt", _shifted, name="std")
 _normed = AnyOf(
     Op("Div", _deviation, _std, name="normed"),

@@ -36,7 +36,7 @@ _mean_square = AnyOf(
     Op("Div", Op("ReduceSum", _square, name="reduce", extra_inputs=True), Const("divisor")),
     Op("ReduceSum", _square, name="reduce", extra_inputs=True),  # near-miss: sum, not mean
 )
-_shifted = Op("Add", _mean_square, Const("epsilon"), name="shifted")
+_shifted = Op("Add", _mean_square, Var("epsilon"), name="shifted")
 _rms = Op("Sqrt", _shifted)
 _normed = AnyOf(
     Op("Div", _x, _rms, name="normed"),

@@ -161,11 +161,19 @@ def check_divisor(match: Match, context: Context, count: int) -> None:
 
 
 def epsilon(match: Match, context: Context) -> float:
-    """Epsilon: a positive one-element constant."""
-    value = context.reader.scalar(match["epsilon"])
+    """Epsilon: a positive, finite one-element true constant (an initializer the caller may
+    override is a value, not a constant)."""
+    tensor = match["epsilon"]
+    if not context.reader.is_constant(tensor):
+        raise Reject(
+            "epsilon-not-constant",
+            f"epsilon {tensor.name!r} is computed or fed at run time (a graph input, or an "
+            "initializer the caller may override), so it cannot be baked into the fused node",
+        )
+    value = context.reader.scalar(tensor)
     if value is None:
         raise Reject("epsilon-not-scalar", "epsilon is not a one-element constant")
-    if not value > 0:
+    if not (value > 0 and np.isfinite(value)):
         raise Reject("epsilon-not-positive", f"epsilon is {value}")
     return value
 

@@ -156,16 +156,19 @@ class _Renamer:
 
 
 def _has_redefinitions(model: onnx.ModelProto) -> bool:
-    """True when some name is defined twice anywhere (every shadowing, sibling reuse, or body
-    initializer named like an outer value has one)."""
-    counts = Counter(name for graph in all_graphs(model.graph) for name in definitions(graph))
+    """True when some name is defined in two scopes (every shadowing, sibling reuse, or body
+    initializer named like an outer value has one); the main graph and each function body are
+    separate namespaces."""
+    namespaces = [list(all_graphs(model.graph))]
     for function in model.functions:
-        names = [*function.input, *_node_outputs(function.node)]
-        for node in function.node:
-            for subgraph in subgraphs(node):
-                names += [n for graph in all_graphs(subgraph) for n in definitions(graph)]
-        counts.update(f"\0{function.domain}\0{function.name}\0{name}" for name in names)
-    return any(count > 1 for count in counts.values())
+        body = _function_graph(function)
+        body.input.extend(onnx.ValueInfoProto(name=name) for name in function.input)
+        namespaces.append(list(all_graphs(body)))
+    for graphs in namespaces:
+        counts = Counter(name for graph in graphs for name in set(definitions(graph)))
+        if any(count > 1 for count in counts.values()):
+            return True
+    return False
 
 
 def _every_name(model: onnx.ModelProto) -> Iterator[str]:

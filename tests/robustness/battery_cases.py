@@ -290,7 +290,7 @@ def _(w: Work) -> Run:
 
 @case("outputs", "no-o")
 def _(w: Work) -> Run:
-    return Run(["optimize", w.model()], message="-o/--output")
+    return Run(["optimize", w.model()], message="-o OUT")
 
 
 for _name, _dest, _message in [
@@ -417,7 +417,7 @@ for _name, _extra, _message in [
     ("bench-runs-absurd", ["--bench", "--runs", "1000000000000"], "--runs"),
     ("bench-warmup-negative", ["--bench", "--warmup", "-1"], "--warmup"),
     ("bench-bad-inputs-file", ["--bench", "--inputs", "bad.npz"], "--inputs"),
-    ("bench-report-missing-folder", ["--bench", "--report", "no/t.json"], "does not exist"),
+    ("bench-json-missing-folder", ["--bench", "--json", "no/t.json"], "does not exist"),
     ("validate-bad-inputs-file", ["--validate", "--inputs", "bad.npz"], "--inputs"),
     ("validate-wrong-input-shape", ["--validate", "--inputs", "shape.npz"], "shape"),
     ("validate-unknown-dim", ["--validate", "--dims", "batch=x"], "--dims"),
@@ -1195,6 +1195,6 @@ def _(w: Work) -> Run:
 def _(w: Work) -> Run:
     bert = Path(__file__).resolve().parents[2] / "models" / "real" / "bert_opset14.onnx"
     model = w.file("bert.onnx", bert.read_bytes())
+    # ORT logs to fd 2
     argv = ["validate", model, model, "--dims", "batch=0,sequence=4"]
-    # subprocess: ORT logs to fd 2
     return Run(argv, message="does not run on the validation inputs", subprocess=True)
