@@ -13,7 +13,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-FLOAT_TYPES = {np.float32: onnx.TensorProto.FLOAT, np.float16: onnx.TensorProto.FLOAT16}
+FLOAT_TYPES = {
+    np.float32: onnx.TensorProto.FLOAT,
+    np.float16: onnx.TensorProto.FLOAT16,
+    np.float64: onnx.TensorProto.DOUBLE,
+}
 FLOAT = onnx.TensorProto.FLOAT
 
 
@@ -24,8 +28,24 @@ class LayerNormSpec:
     axes: tuple[int, ...] = (-1,)
     variance_axes: tuple[int, ...] | None = None  # None: same as axes
     square: str = "pow"  # pow | mul
-    divide: str = "div"  # div | reciprocal | one_over | pow_half
-    variance: str = "mean"  # mean | sum_over_d | sum_over_d_minus_1 | one_pass
+    # div | reciprocal | one_over | pow_half | pow_minus_one (Pow(std, -1))
+    divide: str = "div"
+    # mean | sum_over_d | sum_over_d_minus_1 | one_pass | sum_times_reciprocal (sum * (1/d)) |
+    # sum_times_reciprocal_d_minus_1 | sum_over_shape_d (sum / Cast(Gather(Shape(x), -1))) |
+    # sum_over_shape_dim_1 | sum_over_shape_batch (the wrong dim from Shape(x))
+    variance: str = "mean"
+    root: str = "sqrt"  # sqrt | pow (Pow(., root_exponent))
+    root_exponent: float = 0.5
+    reciprocal_exponent: float = -1.0  # the exponent of divide="pow_minus_one"
+    # x_minus_mean | mean_minus_x (everywhere) | numerator_negated (only the numerator)
+    centered: str = "x_minus_mean"
+    unsqueeze_axes: tuple[int, ...] | None = None  # keepdims=0, then Unsqueeze(these axes)
+    # A tensor exponent / epsilon of this shape, every value equal (with `*_uneven`, one value
+    # one float32 step off).
+    exponent_shape: tuple[int, ...] | None = None
+    exponent_uneven: bool = False
+    epsilon_shape: tuple[int, ...] | None = None
+    epsilon_uneven: bool = False
     epsilon: float = 1e-5
     epsilon_form: str = "initializer"  # initializer | value_float | value | one_element
     epsilon_outside_sqrt: bool = False
@@ -47,8 +67,23 @@ class RmsNormSpec:
 
     axes: tuple[int, ...] = (-1,)
     square: str = "pow"  # pow | mul | abs
-    divide: str = "div"  # div | reciprocal | one_over | pow_half
-    mean: str = "mean"  # mean | sum_over_d | sum
+    divide: str = "div"  # div | reciprocal | one_over | pow_half | pow_minus_one
+    # mean | sum_over_d | sum | sum_square | sum_times_reciprocal |
+    # sum_square_over_d (ReduceSumSquare / d) |
+    # l2_squared_over_d (ReduceL2^2 / d) | epsilon_in_sum ((ReduceSumSquare + eps) / d)
+    mean: str = "mean"
+    root: str = "sqrt"  # sqrt | pow
+    root_exponent: float = 0.5
+    reciprocal_exponent: float = -1.0
+    count_offset: int = 0  # the divisor of the sum forms is d + count_offset
+    unsqueeze_axes: tuple[int, ...] | None = None  # keepdims=0, then Unsqueeze(these axes)
+    # A tensor exponent / epsilon of this shape, every value equal (with `*_uneven`, one value
+    # one float32 step off).
+    exponent_shape: tuple[int, ...] | None = None
+    exponent_uneven: bool = False
+    epsilon_shape: tuple[int, ...] | None = None
+    epsilon_uneven: bool = False
+    keepdims: int = 1
     epsilon: float = 1e-6
     epsilon_form: str = "initializer"
     epsilon_outside_sqrt: bool = False
@@ -58,7 +93,7 @@ class RmsNormSpec:
     # none | llama: Cast(f32) -> norm -> Cast(back) -> Mul(scale) | scale_before_cast: the Mul
     # in float32, then Cast(back) | t5: like llama with x cast to float32 twice
     casts: str = "none"
-    bias: bool = False  # a bias Add after the scale: not RMS normalisation
+    bias: bool = False  # a bias Add after the scale (fused: the RMS norm, the Add stays)
 
 
 @dataclass
@@ -96,6 +131,16 @@ class GraphBuilder:
             return self.op(op_type, [x, axes_name], keepdims=keepdims)
         return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
 
+    def mean(self, x: str, axes: tuple[int, ...], spec) -> str:
+        """ReduceMean over `axes`, or (with `spec.unsqueeze_axes`) keepdims=0 and an Unsqueeze."""
+        if spec.unsqueeze_axes is None:
+            return self.reduce("ReduceMean", x, axes, spec.keepdims)
+        dropped = self.reduce("ReduceMean", x, axes, keepdims=0)
+        if self.opset >= 13:
+            axes_name = self.const(np.array(spec.unsqueeze_axes, np.int64), "axes", np.int64)
+            return self.op("Unsqueeze", [dropped, axes_name])
+        return self.op("Unsqueeze", [dropped], axes=list(spec.unsqueeze_axes))
+
     def constant_node(self, value, stem: str) -> str:
         """A `Constant` node holding `value` (in the builder's dtype); returns its output."""
         output = self.fresh(stem)
@@ -128,8 +173,9 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
     low = b.dtype != np.float32 and spec.casts == "around"
     wide_dtype = np.float32 if low else None
     x_in = b.op("Cast", [x], to=FLOAT) if low else x
-    mean = b.reduce("ReduceMean", x_in, spec.axes, spec.keepdims)
-    centered = b.op("Sub", [x_in, mean])
+    mean = b.mean(x_in, spec.axes, spec)
+    deviation = [mean, x_in] if spec.centered == "mean_minus_x" else [x_in, mean]
+    centered = b.op("Sub", deviation)
     variance_axes = spec.variance_axes or spec.axes
     if spec.variance == "one_pass":
         two = b.const(2.0, "two", wide_dtype)
@@ -137,14 +183,19 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
         variance = b.op("Sub", [mean_of_squares, b.op("Mul", [mean, mean])])
     else:
         if spec.square == "pow":
-            square = b.op("Pow", [centered, b.const(2.0, "two", wide_dtype)])
+            square = b.op("Pow", [centered, _filled(b, 2.0, "two", spec, "exponent", wide_dtype)])
         else:
             square = b.op("Mul", [centered, centered])
-        variance = _variance(b, square, shape, variance_axes, spec, wide_dtype)
-    normed_input = centered if spec.shared_centered else b.op("Sub", [x_in, mean])
+        variance = _variance(b, square, shape, variance_axes, spec, wide_dtype, x_in)
+    if spec.centered == "numerator_negated":
+        normed_input = b.op("Sub", [mean, x_in])
+    else:
+        normed_input = centered if spec.shared_centered else b.op("Sub", deviation)
     epsilon = (
         b.const(spec.epsilon, "epsilon", wide_dtype)
         if low
+        else _filled(b, spec.epsilon, "epsilon", spec, "epsilon")
+        if spec.epsilon_shape
         else b.epsilon(spec.epsilon, spec.epsilon_form)
     )
     if spec.epsilon_outside_sqrt:
@@ -152,7 +203,7 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
         normed = b.op("Div", [normed_input, std])
     else:
         shifted = b.op("Add", [variance, epsilon])
-        normed = _normalise(b, normed_input, shifted, spec.divide, wide_dtype)
+        normed = _normalise(b, normed_input, shifted, spec, wide_dtype)
     if low:
         normed = b.op("Cast", [normed], to=FLOAT_TYPES[b.dtype])
     first_axis = spec.axes[0] if spec.axes[0] < 0 else spec.axes[0] - len(shape)
@@ -170,14 +221,17 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
 
 def _add_keras_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, rng) -> str:
     """tf2onnx's spelling of Keras' LayerNormalization (via tf.nn.batch_normalization)."""
-    mean = b.reduce("ReduceMean", x, spec.axes)
-    centered = b.op("Sub", [x, mean])
+    mean = b.mean(x, spec.axes, spec)
+    centered = b.op("Sub", [mean, x] if spec.centered == "mean_minus_x" else [x, mean])
     variance = b.reduce("ReduceMean", b.op("Mul", [centered, centered]), spec.axes)
     shifted = b.op("Add", [variance, b.const(spec.epsilon, "epsilon")])
     if spec.divide == "pow_half":
         inv = b.op("Pow", [shifted, b.const(-0.5, "minus_half")])
+    elif spec.divide == "pow_minus_one":
+        minus_one = b.const(spec.reciprocal_exponent, "minus_one")
+        inv = b.op("Pow", [_root(b, shifted, spec), minus_one])
     else:
-        inv = b.op("Reciprocal", [b.op("Sqrt", [shifted])])
+        inv = b.op("Reciprocal", [_root(b, shifted, spec)])
     dims = tuple(shape[len(shape) + spec.axes[0] :])
     gain = b.op("Mul", [inv, b.const(rng.uniform(0.5, 1.5, dims), "scale")]) if spec.scale else inv
     x_gained = b.op("Mul", [x, gain])
@@ -188,24 +242,65 @@ def _add_keras_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNorm
     return b.op("Add", [x_gained, b.op("Sub", [bias, mean_gained])])
 
 
-def _variance(b: GraphBuilder, square: str, shape: tuple, axes, spec: LayerNormSpec, dtype) -> str:
+def _variance(
+    b: GraphBuilder, square: str, shape: tuple, axes, spec: LayerNormSpec, dtype, x: str
+) -> str:
     if spec.variance == "mean":
-        return b.reduce("ReduceMean", square, axes, spec.keepdims)
+        return b.mean(square, axes, spec)
     count = int(np.prod([shape[a] for a in axes]))
-    divisor = count if spec.variance == "sum_over_d" else count - 1
     total = b.reduce("ReduceSum", square, axes, spec.keepdims)
+    return _divide_by_count(b, total, count, spec.variance, dtype, x, tuple(axes))
+
+
+def _divide_by_count(
+    b: GraphBuilder, total: str, count: int, how: str, dtype, x: str, axes=(-1,)
+) -> str:
+    """`total / count` as `how` spells it (the count possibly taken from Shape(x) at `axes`)."""
+    if how.startswith("sum_times_reciprocal"):
+        count = count - 1 if how.endswith("d_minus_1") else count
+        return b.op("Mul", [total, b.const(1.0 / count, "reciprocal", dtype)])
+    if how.startswith("sum_over_shape"):
+        index = {"sum_over_shape_dim_1": 1, "sum_over_shape_batch": 0}.get(how, axes)
+        dim = b.op("Gather", [b.op("Shape", [x]), b.const(index, "dim", np.int64)], axis=0)
+        if how == "sum_over_shape_d":
+            dim = b.op("ReduceProd", [dim], keepdims=1)
+        return b.op("Div", [total, b.op("Cast", [dim], to=FLOAT_TYPES[dtype or b.dtype])])
+    divisor = count - 1 if how == "sum_over_d_minus_1" else count
     return b.op("Div", [total, b.const(float(divisor), "divisor", dtype)])
 
 
-def _normalise(b: GraphBuilder, centered: str, shifted: str, divide: str, dtype=None) -> str:
+def _filled(b: GraphBuilder, value: float, stem: str, spec, which: str, dtype=None) -> str:
+    """A constant `value`: a scalar, or a tensor of `spec.<which>_shape` (optionally uneven)."""
+    shape = getattr(spec, f"{which}_shape")
+    if shape is None:
+        return b.const(value, stem, dtype)
+    array = np.full(shape, value, dtype or b.dtype)
+    if getattr(spec, f"{which}_uneven"):
+        array.flat[-1] = np.nextafter(array.flat[-1], np.inf)
+    return b.const(array, stem, dtype)
+
+
+def _root(b: GraphBuilder, shifted: str, spec, dtype=None) -> str:
+    """sqrt(shifted): `Sqrt`, or `Pow(., spec.root_exponent)`."""
+    if spec.root == "pow":
+        return b.op("Pow", [shifted, b.const(spec.root_exponent, "half", dtype)])
+    return b.op("Sqrt", [shifted])
+
+
+def _normalise(b: GraphBuilder, centered: str, shifted: str, spec, dtype=None) -> str:
+    divide = spec.divide
+    if divide == "pow_half":
+        return b.op("Mul", [centered, b.op("Pow", [shifted, b.const(-0.5, "minus_half", dtype)])])
+    std = _root(b, shifted, spec, dtype)
     if divide == "div":
-        return b.op("Div", [centered, b.op("Sqrt", [shifted])])
+        return b.op("Div", [centered, std])
     if divide == "reciprocal":
-        return b.op("Mul", [centered, b.op("Reciprocal", [b.op("Sqrt", [shifted])])])
-    if divide == "one_over":
-        one = b.const(1.0, "one", dtype)
-        return b.op("Mul", [centered, b.op("Div", [one, b.op("Sqrt", [shifted])])])
-    return b.op("Mul", [centered, b.op("Pow", [shifted, b.const(-0.5, "minus_half", dtype)])])
+        return b.op("Mul", [centered, b.op("Reciprocal", [std])])
+    if divide == "pow_minus_one":
+        minus_one = b.const(spec.reciprocal_exponent, "minus_one", dtype)
+        return b.op("Mul", [centered, b.op("Pow", [std, minus_one])])
+    one = b.const(1.0, "one", dtype)
+    return b.op("Mul", [centered, b.op("Div", [one, std])])
 
 
 def add_rms_norm(b: GraphBuilder, x: str, shape: tuple, spec: RmsNormSpec, rng) -> str:
@@ -213,28 +308,46 @@ def add_rms_norm(b: GraphBuilder, x: str, shape: tuple, spec: RmsNormSpec, rng) 
     low = b.dtype != np.float32 and spec.casts != "none"
     wide = b.op("Cast", [x], to=FLOAT) if low else x
     if spec.square == "pow":
-        square = b.op("Pow", [wide, b.const(2.0, "two", np.float32 if low else None)])
+        two = _filled(b, 2.0, "two", spec, "exponent", np.float32 if low else None)
+        square = b.op("Pow", [wide, two])
     elif spec.square == "mul":
         square = b.op("Mul", [wide, wide])
     else:
         square = b.op("Abs", [wide])
     wide_dtype = np.float32 if low else b.dtype
-    if spec.mean == "mean":
-        mean_square = b.reduce("ReduceMean", square, spec.axes)
-    else:
-        mean_square = b.reduce("ReduceSum", square, spec.axes)
-        if spec.mean == "sum_over_d":
-            count = float(np.prod(shape[len(shape) + spec.axes[0] :]))
-            mean_square = b.op("Div", [mean_square, b.const(count, "count", wide_dtype)])
-    epsilon = b.const(spec.epsilon, "epsilon", wide_dtype)
+    count = int(np.prod(shape[len(shape) + spec.axes[0] :]))
+    epsilon = _filled(b, spec.epsilon, "epsilon", spec, "epsilon", wide_dtype)
+    if spec.mean == "epsilon_in_sum":  # (sum(x^2) + eps) / d
+        total = b.reduce("ReduceSumSquare", wide, spec.axes)
+        divisor = b.const(count + spec.count_offset, "count", wide_dtype)
+        shifted = b.op("Div", [b.op("Add", [total, epsilon]), divisor])
+        return _rms_scale(b, _normalise(b, wide, shifted, spec, wide_dtype), shape, spec, rng, low)
+    mean_square = _mean_square(b, wide, square, count, spec, wide_dtype)
     if spec.epsilon_outside_sqrt:
         rms = b.op("Add", [b.op("Sqrt", [mean_square]), epsilon])
         normed = b.op("Div", [wide, rms])
     else:
         shifted = b.op("Add", [mean_square, epsilon])
         wide_again = b.op("Cast", [x], to=FLOAT) if spec.casts == "t5" and low else wide
-        normed = _normalise(b, wide_again, shifted, spec.divide, wide_dtype)
+        normed = _normalise(b, wide_again, shifted, spec, wide_dtype)
     return _rms_scale(b, normed, shape, spec, rng, low)
+
+
+def _mean_square(b: GraphBuilder, x: str, square: str, count: int, spec, dtype) -> str:
+    """mean(x^2) over `spec.axes` as `spec.mean` spells it."""
+    if spec.mean == "mean":
+        return b.mean(square, spec.axes, spec)
+    if spec.mean in ("sum_square_over_d", "sum_square"):
+        total = b.reduce("ReduceSumSquare", x, spec.axes)
+    elif spec.mean == "l2_squared_over_d":
+        l2 = b.reduce("ReduceL2", x, spec.axes)
+        total = b.op("Pow", [l2, b.const(2.0, "two", dtype)])
+    else:
+        total = b.reduce("ReduceSum", square, spec.axes)
+    if spec.mean in ("sum", "sum_square"):
+        return total
+    how = "sum_times_reciprocal" if spec.mean == "sum_times_reciprocal" else "sum_over_d"
+    return _divide_by_count(b, total, count + spec.count_offset, how, dtype, x, spec.axes)
 
 
 def _rms_scale(
@@ -332,16 +445,67 @@ LAYER_NORM_POSITIVES = {
     "keras_pow_minus_half": LayerNormSpec(form="keras", divide="pow_half"),
     "keras_no_scale": LayerNormSpec(form="keras", scale=False),
     "keras_no_center": LayerNormSpec(form="keras", bias=False),
+    "sqrt_as_pow": LayerNormSpec(root="pow"),
+    "reciprocal_as_pow": LayerNormSpec(divide="pow_minus_one"),
+    "sqrt_and_reciprocal_as_pow": LayerNormSpec(root="pow", divide="pow_minus_one"),
+    "keras_sqrt_as_pow": LayerNormSpec(form="keras", root="pow"),
+    "keras_reciprocal_as_pow": LayerNormSpec(form="keras", root="pow", divide="pow_minus_one"),
+    "mean_minus_x": LayerNormSpec(centered="mean_minus_x"),
+    "mean_minus_x_no_scale": LayerNormSpec(centered="mean_minus_x", scale=False),
+    "mean_minus_x_no_affine": LayerNormSpec(centered="mean_minus_x", scale=False, bias=False),
+    "mean_minus_x_numerator_only": LayerNormSpec(centered="numerator_negated"),
+    "keras_mean_minus_x": LayerNormSpec(form="keras", centered="mean_minus_x"),
+    "keepdims_0_unsqueeze": LayerNormSpec(unsqueeze_axes=(-1,)),
+    "keepdims_0_unsqueeze_positive_axes": LayerNormSpec(axes=(1, 2), unsqueeze_axes=(1, 2)),
+    "variance_sum_times_reciprocal": LayerNormSpec(variance="sum_times_reciprocal"),
+    "variance_sum_over_shape_d": LayerNormSpec(variance="sum_over_shape_d"),
+    "exponent_tensor_of_twos": LayerNormSpec(exponent_shape=(32,)),
+    "epsilon_tensor_all_equal": LayerNormSpec(epsilon_shape=(7, 1)),
 }
 
 LAYER_NORM_NEGATIVES = {
-    "batch_axis": (LayerNormSpec(axes=(0, 1, 2), scale=False, bias=False), "batch-axis"),
+    # Statistics over the batch and sequence axes but not the hidden one: batch-norm-like.
+    "batch_axis": (LayerNormSpec(axes=(0, 1), scale=False, bias=False), "batch-axis"),
     "unbiased_variance": (LayerNormSpec(variance="sum_over_d_minus_1"), "unbiased-variance"),
     "epsilon_outside_sqrt": (LayerNormSpec(epsilon_outside_sqrt=True), "epsilon-outside-sqrt"),
     "per_token_gamma": (LayerNormSpec(scale_shape=(7, 32)), "gamma-shape"),
     "non_trailing_axis": (LayerNormSpec(axes=(1,)), "non-trailing-axes"),
     "mismatched_axes": (LayerNormSpec(axes=(-1,), variance_axes=(-2, -1)), "mismatched-axes"),
     "zero_epsilon": (LayerNormSpec(epsilon=0.0), "epsilon-not-positive"),
+    "root_exponent_not_half": (LayerNormSpec(root="pow", root_exponent=0.25), "root-exponent"),
+    "reciprocal_exponent_not_minus_one": (
+        LayerNormSpec(divide="pow_minus_one", reciprocal_exponent=-2.0),
+        "reciprocal-exponent",
+    ),
+    "keras_root_exponent_not_half": (
+        LayerNormSpec(form="keras", root="pow", root_exponent=0.4),
+        "root-exponent",
+    ),
+    "variance_times_reciprocal_of_d_minus_1": (
+        LayerNormSpec(variance="sum_times_reciprocal_d_minus_1"),
+        "unbiased-variance",
+    ),
+    "variance_over_another_dim_from_shape": (
+        LayerNormSpec(variance="sum_over_shape_dim_1"),
+        "variance-divisor",
+    ),
+    "exponent_tensor_one_value_off": (
+        LayerNormSpec(exponent_shape=(32,), exponent_uneven=True),
+        "square-exponent",
+    ),
+    "epsilon_tensor_uneven": (
+        LayerNormSpec(epsilon_shape=(7, 1), epsilon_uneven=True),
+        "epsilon-not-scalar",
+    ),
+    # All equal, but shaped [32]: it broadcasts the statistics to [batch, 7, 32].
+    "epsilon_tensor_widening_the_statistics": (
+        LayerNormSpec(epsilon_shape=(32,)),
+        "epsilon-not-scalar",
+    ),
+    "variance_over_dynamic_dim_from_shape": (
+        LayerNormSpec(variance="sum_over_shape_batch"),
+        "variance-divisor",
+    ),
 }
 
 
@@ -357,6 +521,15 @@ RMS_NORM_POSITIVES = {
     "sum_over_d": RmsNormSpec(mean="sum_over_d"),
     "last_two_axes": RmsNormSpec(axes=(-2, -1)),
     "epsilon_one_element": RmsNormSpec(epsilon_form="one_element"),
+    "sqrt_as_pow": RmsNormSpec(root="pow"),
+    "reciprocal_as_pow": RmsNormSpec(root="pow", divide="pow_minus_one"),
+    "sum_times_reciprocal": RmsNormSpec(mean="sum_times_reciprocal"),
+    "sum_square_over_d": RmsNormSpec(mean="sum_square_over_d"),
+    "l2_squared_over_d": RmsNormSpec(mean="l2_squared_over_d"),
+    "epsilon_in_sum": RmsNormSpec(mean="epsilon_in_sum"),
+    "keepdims_0_unsqueeze": RmsNormSpec(unsqueeze_axes=(-1,)),
+    "exponent_tensor_of_twos": RmsNormSpec(exponent_shape=(7, 32)),
+    "epsilon_tensor_all_equal": RmsNormSpec(epsilon_shape=(1, 7, 1)),
 }
 
 # Mixed-precision spellings, built in float16.
@@ -374,7 +547,33 @@ RMS_NORM_NEGATIVES = {
     "non_trailing_axis": (RmsNormSpec(axes=(1,)), "non-trailing-axes"),
     "sum_not_mean": (RmsNormSpec(mean="sum"), "sum-not-mean"),
     "per_token_gamma": (RmsNormSpec(scale_shape=(7, 32)), "gamma-shape"),
-    "batch_axis": (RmsNormSpec(axes=(0, 1, 2), scale="none"), "batch-axis"),
+    "batch_axis": (RmsNormSpec(axes=(0, 1), scale="none"), "batch-axis"),
+    "root_exponent_not_half": (RmsNormSpec(root="pow", root_exponent=0.25), "root-exponent"),
+    "reciprocal_exponent_not_minus_one": (
+        RmsNormSpec(divide="pow_minus_one", reciprocal_exponent=-2.0),
+        "reciprocal-exponent",
+    ),
+    "sum_square_not_mean": (RmsNormSpec(mean="sum_square"), "sum-not-mean"),
+    "sum_square_over_d_minus_1": (
+        RmsNormSpec(mean="sum_square_over_d", count_offset=-1),
+        "unbiased-variance",
+    ),
+    "l2_squared_over_d_plus_1": (
+        RmsNormSpec(mean="l2_squared_over_d", count_offset=1),
+        "variance-divisor",
+    ),
+    "exponent_tensor_one_value_off": (
+        RmsNormSpec(exponent_shape=(7, 32), exponent_uneven=True),
+        "square-exponent",
+    ),
+    "epsilon_tensor_uneven": (
+        RmsNormSpec(epsilon_shape=(1, 7, 1), epsilon_uneven=True),
+        "epsilon-not-scalar",
+    ),
+    "epsilon_in_sum_over_d_plus_1": (
+        RmsNormSpec(mean="epsilon_in_sum", count_offset=1),
+        "variance-divisor",
+    ),
 }
 
 
@@ -433,7 +632,6 @@ LAYER_NORM_PASS_FAMILIES = {
 # Models of other normalisation families (issue: negative corpus), with the reason expected.
 OTHER_FAMILIES = {
     "l2_normalize": (l2_norm_model, "l2-norm"),
-    "rms_with_bias": (lambda: norm_model(RmsNormSpec(bias=True)), "rms-with-bias"),
 }
 
 
@@ -451,6 +649,15 @@ SPELLING_SOURCES = {
     ("layer-norm", "one_pass_variance"): "hand-written (E[x^2] - E[x]^2)",
     ("layer-norm", "pow_minus_half"): "hand-written / JAX-style `rsqrt`",
     ("layer-norm", "population_sum_over_d"): "hand-written (`sum / d`)",
+    ("layer-norm", "sqrt_as_pow"): "OpenVINO MVN tests (`Pow(., 0.5)` for `Sqrt`)",
+    ("layer-norm", "reciprocal_as_pow"): "OpenVINO MVN tests (`Pow(., -1)` for `Reciprocal`)",
+    ("layer-norm", "keras_reciprocal_as_pow"): "tf2onnx / Keras with `Pow` roots",
+    ("layer-norm", "mean_minus_x"): "hand-written (`mean - x`, scale negated: scale' = -scale)",
+    ("layer-norm", "mean_minus_x_no_scale"): "hand-written (`mean - x`, no scale: scale' = -1)",
+    ("layer-norm", "mean_minus_x_numerator_only"): "hand-written (`mean - x` in the numerator)",
+    ("layer-norm", "keepdims_0_unsqueeze"): "older exporters (`keepdims=0` + `Unsqueeze`)",
+    ("layer-norm", "variance_sum_times_reciprocal"): "hand-written (`sum * (1/d)`)",
+    ("layer-norm", "variance_sum_over_shape_d"): "exporters dividing by `Shape(x)[-1]`",
     ("rms-norm", "llama_float32"): "PyTorch dynamo (LLaMA, Qwen2, Mistral)",
     ("rms-norm", "reciprocal"): "PyTorch dynamo (`rsqrt` as `Reciprocal`)",
     ("rms-norm", "torchscript_one_over_rms"): "PyTorch TorchScript (`rsqrt` as `Div(1, .)`)",
@@ -459,6 +666,13 @@ SPELLING_SOURCES = {
     ("rms-norm", "t5_float16"): "PyTorch, float16 T5 (statistics in float32)",
     ("rms-norm", "scale_before_cast"): "mixed-precision tools (scale before the cast back)",
     ("rms-norm", "pow_minus_half"): "hand-written / JAX-style `rsqrt`",
+    ("rms-norm", "sqrt_as_pow"): "OpenVINO RMS tests (`Pow(., 0.5)` for `Sqrt`)",
+    ("rms-norm", "reciprocal_as_pow"): "OpenVINO RMS tests (`Pow(., -1)` for `Reciprocal`)",
+    ("rms-norm", "sum_square_over_d"): "hand-written (`ReduceSumSquare / d`)",
+    ("rms-norm", "l2_squared_over_d"): "hand-written (`ReduceL2^2 / d`)",
+    ("rms-norm", "epsilon_in_sum"): "hand-written (`(sum + eps) / d`: eps/d inside the mean)",
+    ("rms-norm", "sum_times_reciprocal"): "hand-written (`sum * (1/d)`)",
+    ("rms-norm", "keepdims_0_unsqueeze"): "older exporters (`keepdims=0` + `Unsqueeze`)",
     ("group-norm", "decomposed"): "hand-written `nn.GroupNorm` (statistics spelled out)",
     ("group-norm", "decomposed_silu"): "hand-written, then SiLU `x * Sigmoid(x)` (kept)",
     (
@@ -503,10 +717,12 @@ def channel_first_layer_norm_model(
     return _single_op_model(b, out, shape, "channel_first_layer_norm")
 
 
-def local_function_model(sequences: tuple[int, ...] = (7,), hidden: int = 32) -> onnx.ModelProto:
+def local_function_model(
+    sequences: tuple[int, ...] = (7,), hidden: int = 32, opset: int = 17
+) -> onnx.ModelProto:
     """A decomposed layer norm inside a model-local function, called once per entry of
     `sequences` on inputs [2, sequence, hidden]; outputs one result per call."""
-    b = GraphBuilder(17)
+    b = GraphBuilder(opset)
     out = add_layer_norm(b, "x", (2, 7, hidden), LayerNormSpec(), np.random.default_rng(0))
     constants = [helper.make_node("Constant", [], [t.name], value=t) for t in b.initializers]
     function = helper.make_function(
@@ -515,7 +731,7 @@ def local_function_model(sequences: tuple[int, ...] = (7,), hidden: int = 32) ->
         ["x"],
         [out],
         constants + b.nodes,
-        [helper.make_opsetid("", 17)],
+        [helper.make_opsetid("", opset)],
     )
     calls, inputs, outputs = [], [], []
     for index, sequence in enumerate(sequences):
@@ -533,7 +749,7 @@ def local_function_model(sequences: tuple[int, ...] = (7,), hidden: int = 32) ->
     graph = helper.make_graph(calls, "with_function", inputs, outputs)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("local", 1)],
         functions=[function],
     )
     model.ir_version = 8
@@ -733,3 +949,99 @@ GROUP_NORM_NEGATIVES = {
         "reshape-not-restored",
     ),
 }
+
+
+def with_batch_norm(model: onnx.ModelProto, training_outputs: bool) -> onnx.ModelProto:
+    """`model` (opset 9-13) plus a BatchNormalization of its input as an extra output; with
+    `training_outputs`, in BatchNormalization-9's five-output training form, which opset 14
+    removed (raising the opset would change its meaning)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    x = copy.graph.input[0]
+    channels = x.type.tensor_type.shape.dim[1].dim_value
+    names = ["bn_scale", "bn_bias", "bn_mean", "bn_var"]
+    values = [np.ones(channels), np.zeros(channels), np.zeros(channels), np.ones(channels)]
+    copy.graph.initializer.extend(
+        numpy_helper.from_array(v.astype(np.float32), n) for n, v in zip(names, values, strict=True)
+    )
+    outputs = ["bn_y", "bn_running_mean", "bn_running_var", "bn_saved_mean", "bn_saved_var"]
+    outputs = outputs if training_outputs else outputs[:1]
+    copy.graph.node.append(
+        helper.make_node("BatchNormalization", [x.name, *names], outputs, name="bn")
+    )
+    copy.graph.output.append(helper.make_tensor_value_info("bn_y", FLOAT, None))
+    return copy
+
+
+def onnx_layer_norm_function_model(
+    shape: tuple = (3, 7, 32), axis: int = -1, seed: int = 0
+) -> onnx.ModelProto:
+    """ONNX's own function body for LayerNormalization-17 (Flatten to 2-D, one-pass variance,
+    Reshape back), generated by the installed onnx, as a graph with Mean and InvStdDev outputs."""
+    schema = onnx.defs.get_schema("LayerNormalization", 17)
+    node = helper.make_node(
+        "LayerNormalization", ["X", "Scale", "B"], ["Y", "Mean", "InvStdDev"], axis=axis
+    )
+    first = axis % len(shape)
+    dims = shape[first:]
+    types = [helper.make_tensor_type_proto(FLOAT, list(s)) for s in (shape, dims, dims)]
+    body = onnx.FunctionProto()
+    body.ParseFromString(
+        schema.get_context_dependent_function(
+            node.SerializeToString(), [t.SerializeToString() for t in types]
+        )
+    )
+    rng = np.random.default_rng(seed)
+    parameters = [
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, dims).astype(np.float32), "Scale"),
+        numpy_helper.from_array(rng.normal(0, 0.5, dims).astype(np.float32), "B"),
+    ]
+    reduced = [*shape[:first], *([1] * len(dims))]
+    graph = helper.make_graph(
+        list(body.node),
+        "onnx_layer_norm_function",
+        [helper.make_tensor_value_info("X", FLOAT, list(shape))],
+        [
+            helper.make_tensor_value_info("Y", FLOAT, list(shape)),
+            helper.make_tensor_value_info("Mean", FLOAT, reduced),
+            helper.make_tensor_value_info("InvStdDev", FLOAT, reduced),
+        ],
+        parameters,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def shared_mean_model(shape: tuple = ("batch", 7, 32), seed: int = 0) -> onnx.ModelProto:
+    """Two layer norms of one x with different epsilons and affines, sharing one ReduceMean (each
+    centres with it); outputs their sum."""
+    b = GraphBuilder(17)
+    rng = np.random.default_rng(seed)
+    mean = b.reduce("ReduceMean", "x", (-1,))
+    outputs = []
+    for epsilon in (1e-5, 1e-3):
+        centered = b.op("Sub", ["x", mean])
+        square = b.op("Pow", [centered, b.const(2.0, "two")])
+        variance = b.reduce("ReduceMean", square, (-1,))
+        std = b.op("Sqrt", [b.op("Add", [variance, b.const(epsilon, "epsilon")])])
+        normed = b.op("Div", [centered, std])
+        scaled = b.op("Mul", [normed, b.const(rng.uniform(0.5, 1.5, shape[-1]), "scale")])
+        outputs.append(b.op("Add", [scaled, b.const(rng.normal(0, 0.5, shape[-1]), "bias")]))
+    return _single_op_model(b, b.op("Add", outputs), shape, "shared_mean")
+
+
+def range_axes_model(shape: tuple = ("batch", 7, 32), axis: int = -1) -> onnx.ModelProto:
+    """RMS norm whose ReduceMean axes are `Range(axis, Size(Shape(x)))` (as in ONNX's
+    RMSNormalization function body), at opset 18."""
+    b = GraphBuilder(18)
+    rank = b.op("Size", [b.op("Shape", ["x"])])
+    start = b.const(axis % len(shape), "axis", np.int64)
+    axes = b.op("Range", [start, rank, b.const(1, "delta", np.int64)])
+    mean_square = b.op("ReduceMean", [b.op("Pow", ["x", b.const(2.0, "two")]), axes])
+    rms = b.op("Sqrt", [b.op("Add", [mean_square, b.const(1e-6, "epsilon")])])
+    dims = shape[axis % len(shape) :]
+    out = b.op("Mul", [b.op("Div", ["x", rms]), b.const(np.linspace(0.5, 1.5, dims[-1]), "scale")])
+    model = _single_op_model(b, out, shape, "range_axes")
+    model.ir_version = 10
+    return model

@@ -90,6 +90,18 @@ def gemma() -> tuple[torch.nn.Module, dict]:
     return transformers.GemmaModel(config), _decoder_inputs()
 
 
+def qwen3() -> tuple[torch.nn.Module, dict]:
+    """Qwen3: RMS norms on the hidden state and QK-norm (an RMS norm over head_dim per head)."""
+    config = transformers.Qwen3Config(**_DECODER_SIZES, head_dim=16)
+    return transformers.Qwen3Model(config), _decoder_inputs()
+
+
+def gemma3() -> tuple[torch.nn.Module, dict]:
+    """Gemma 3's text model: `x * (1 + w)` RMS norms, four per layer, and QK-norm."""
+    config = transformers.Gemma3TextConfig(**_DECODER_SIZES, head_dim=16, sliding_window=16)
+    return transformers.Gemma3TextModel(config), _decoder_inputs()
+
+
 def t5_encoder() -> tuple[torch.nn.Module, dict]:
     config = transformers.T5Config(
         vocab_size=512,
@@ -288,6 +300,8 @@ MODELS = {
     "llama": llama,
     "qwen2": qwen2,
     "gemma": gemma,
+    "qwen3": qwen3,
+    "gemma3": gemma3,
     "t5_encoder": t5_encoder,
     "mistral": mistral,
     "gpt_neox": gpt_neox,
@@ -304,7 +318,7 @@ EXPORTS = [
     *((name, "torchscript", opset, "float32") for name in ("bert", "gpt2") for opset in (14, 16)),
     *(
         (name, exporter, opset, dtype)
-        for name in ("llama", "qwen2", "gemma", "t5_encoder")
+        for name in ("llama", "qwen2", "gemma", "qwen3", "gemma3", "t5_encoder")
         for exporter, opset in (("torchscript", 17), ("dynamo", 18))
         for dtype in ("float32", "float16")
     ),

@@ -33,55 +33,82 @@ KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 _x = AnyOf(Op("Cast", Var("x"), name="upcast"), Var("x"))
-_mean = Op("ReduceMean", _x, name="mean", extra_inputs=True)
-_centered = Op("Sub", _x, _mean, name="centered")
-# PyTorch's float16 export casts `x - mean` up (to float64) for the variance and the division.
-_deviation = AnyOf(Op("Cast", _centered, name="centered_cast"), _centered)
+
+
+def _reduced(op: str, pattern, name: str) -> AnyOf:
+    """`op` over `pattern` (bound to `name`), or with keepdims=0 and an `Unsqueeze` back."""
+    reduce = Op(op, pattern, name=name, extra_inputs=True)
+    return AnyOf(reduce, Op("Unsqueeze", reduce, name=f"{name}_unsqueezed", extra_inputs=True))
+
+
+_mean = _reduced("ReduceMean", _x, "mean")
+
+
+def _deviation(sub: Op) -> AnyOf:
+    # PyTorch's float16 export casts `x - mean` up (to float64) for the variance and the division.
+    return AnyOf(Op("Cast", sub, name="centered_cast"), sub)
+
+
+_centered = _deviation(Op("Sub", _x, _mean, name="centered"))
+# `mean - x`: squared, the same; as the numerator, exact with the scale negated.
+_negated = _deviation(Op("Sub", _mean, _x, name="negated"))
+_negated_numerator = _deviation(Op("Sub", _mean, _x, name="negated_numerator"))
 _square = AnyOf(
-    Op("Pow", _deviation, Const("two", 2.0), name="square"),
-    Op("Mul", _deviation, _deviation, name="square"),
+    *(Op("Pow", dev, Const("two", 2.0), name="square") for dev in (_centered, _negated)),
+    # Any other constant exponent: checked to be all exactly 2 (`check_square_exponent`).
+    *(Op("Pow", dev, Const("square_exponent"), name="square") for dev in (_centered, _negated)),
+    *(Op("Mul", dev, dev, name="square") for dev in (_centered, _negated)),
 )
 _variance = AnyOf(
-    Op("ReduceMean", _square, name="variance_reduce", extra_inputs=True),
-    # Near-misses unless the divisor is d: sum / n, and mean * correction.
+    _reduced("ReduceMean", _square, "variance_reduce"),
+    # Near-misses unless the divisor is d: sum / n, sum * (1/n), and mean * correction.
+    Op("Div", _reduced("ReduceSum", _square, "variance_reduce"), Var("divisor"), name="variance"),
     Op(
-        "Div",
-        Op("ReduceSum", _square, name="variance_reduce", extra_inputs=True),
-        Const("divisor"),
+        "Mul",
+        _reduced("ReduceSum", _square, "variance_reduce"),
+        Const("reciprocal_divisor"),
         name="variance",
     ),
     Op(
         "Mul",
-        Op("ReduceMean", _square, name="variance_reduce", extra_inputs=True),
+        _reduced("ReduceMean", _square, "variance_reduce"),
         Const("correction"),
         name="variance",
     ),
     # One pass: E[x^2] - E[x]^2.
     Op(
         "Sub",
-        Op(
+        _reduced(
             "ReduceMean",
             AnyOf(Op("Pow", _x, Const("two", 2.0)), Op("Mul", _x, _x)),
-            name="variance_reduce",
-            extra_inputs=True,
+            "variance_reduce",
         ),
         AnyOf(Op("Pow", _mean, Const("two", 2.0)), Op("Mul", _mean, _mean)),
         name="variance",
     ),
 )
 _shifted = Op("Add", _variance, Var("epsilon"), name="shifted")
-_std = Op("Sqrt", _shifted, name="std")
+# Sqrt, or Pow(., e) with e checked to be exactly 0.5.
+_std = AnyOf(Op("Sqrt", _shifted, name="std"), Op("Pow", _shifted, Const("half"), name="std"))
+# 1 / std: Reciprocal, Div(1, .), Pow(., e) with e checked to be exactly -1, or Pow(shifted, -0.5).
+_inv_std = AnyOf(
+    Op("Reciprocal", _std, name="inv_std"),
+    Op("Pow", _std, Const("minus_one"), name="inv_std"),
+    Op("Div", Const("one", 1.0), _std, name="inv_std"),
+    Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
+)
 _normed = AnyOf(
-    Op("Div", _deviation, _std, name="normed"),
-    Op("Mul", _deviation, Op("Reciprocal", _std), name="normed"),
-    Op("Mul", _deviation, Op("Div", Const("one", 1.0), _std), name="normed"),
-    Op("Mul", _deviation, Op("Pow", _shifted, Const("minus_half", -0.5)), name="normed"),
+    *(Op("Div", dev, _std, name="normed") for dev in (_centered, _negated_numerator)),
+    *(Op("Mul", dev, _inv_std, name="normed") for dev in (_centered, _negated_numerator)),
     # Near-miss: epsilon added after the square root.
-    Op(
-        "Div",
-        _deviation,
-        Op("Add", Op("Sqrt", _variance), Const("epsilon"), name="std_plus_epsilon"),
-        name="normed",
+    *(
+        Op(
+            "Div",
+            dev,
+            Op("Add", Op("Sqrt", _variance), Const("epsilon"), name="std_plus_epsilon"),
+            name="normed",
+        )
+        for dev in (_centered, _negated_numerator)
     ),
 )
 
@@ -93,12 +120,17 @@ def _downcast(pattern: Op | AnyOf) -> Op:
     return Op("Cast", pattern, name="downcast")
 
 
+def _parameter(name: str) -> AnyOf:
+    """A constant scale or bias, or (ONNX's function body) a Flatten of one."""
+    return AnyOf(Const(name), Op("Flatten", Const(f"{name}_source"), name=name))
+
+
 def _affine(normed: Op | AnyOf) -> tuple[Op, ...]:
     """`normed` with scale and bias, scale only, bias only."""
-    scaled = Op("Mul", normed, Const("scale"), name="scaled")
+    scaled = Op("Mul", normed, _parameter("scale"), name="scaled")
     return (
-        Op("Add", scaled, Const("bias"), name="y"),
-        Op("Add", normed, Const("bias"), name="y"),
+        Op("Add", scaled, _parameter("bias"), name="y"),
+        Op("Add", normed, _parameter("bias"), name="y"),
         scaled,
     )
 
@@ -106,13 +138,6 @@ def _affine(normed: Op | AnyOf) -> tuple[Op, ...]:
 # tf2onnx / Keras: x * (scale * rsqrt(variance + epsilon)) + (bias - mean * scale * rsqrt(...)).
 # The gain appears twice; both occurrences must be one tensor (the name binds it), so each gain
 # spelling is its own pattern: one side with the scale and the other without is not a layer norm.
-_inv_std = AnyOf(
-    Op("Reciprocal", _std, name="inv_std"),
-    Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
-    Op("Div", Const("one", 1.0), _std, name="inv_std"),
-)
-
-
 def _keras(gain: Op | AnyOf) -> tuple[Op, ...]:
     x_gained = Op("Mul", _x, gain)
     mean_gained = Op("Mul", _mean, gain)
@@ -140,7 +165,9 @@ class LayerNormPass:
     name = "layer-norm"
     kind = KIND
     patterns = PATTERNS
-    shared_names = ("upcast",)
+    # Statistics that may also be used outside: checked by `norm_checks.statistics_outputs`.
+    # ("std" is not: a Sqrt that is a graph output cannot be told from one used only inside.)
+    shared_names = ("upcast", "mean", "inv_std")
 
     def site_key(self, match: Match) -> gs.Node:
         """The mean's ReduceMean identifies one layer norm."""
@@ -157,24 +184,33 @@ _RESHAPED = Op("Reshape", Var("ungrouped"), Var("groups"))
 def _check(match: Match, context: Context) -> Site:
     if "std_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
+    checks.check_exponents(match, context)
     _reject_group_norm(match, context)
     if "centered_cast" in match and match.node("centered_cast").attrs.get("to") not in WIDE_TYPES:
         raise checks.Reject("cast-types", "x - mean is cast to a narrower type")
     io = checks.fused_io(match, context)
     shape = checks.known_shape(match["x"], context)
     rank = len(shape)
-    reducers = [match.node("mean"), match.node("variance_reduce")]
-    axes = checks.reduction_axes(reducers, rank, context, channel_first=True)
+    names = ("mean", "variance_reduce")
+    reducers = [match.node(name) for name in names]
+    unsqueezed = checks.unsqueezed_reducers(match, names)
+    axes = checks.reduction_axes(reducers, rank, context, True, unsqueezed)
     if checks.is_channel_first(axes, rank):
         return _channel_first_site(match, context, io, shape)
     dims = checks.normalised_shape(shape, axes)
     checks.check_divisor(match, context, int(np.prod(dims)))
-    eps = checks.epsilon(match, context)
+    checks.check_square_exponent(match, context, shape)
+    eps = checks.epsilon(match, context, checks.reduced_shape(shape, axes))
     scale = checks.affine(match, "scale", context, dims, rank)
     bias = checks.affine(match, "bias", context, dims, rank)
     scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
+    if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
+        scale = -scale
     bias = None if bias is None else bias.astype(io.dtype)
-    return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale, bias))
+    extra = checks.statistics_outputs(match, context, io, None, rank)
+    return checks.fused_site(
+        KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra
+    )
 
 
 def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shape: tuple) -> Site:
@@ -188,7 +224,10 @@ def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shap
     scale = checks.channel_affine(match, "scale", context, channels, rank)
     bias = checks.channel_affine(match, "bias", context, channels, rank)
     scale = np.ones(channels, io.dtype) if scale is None else scale.astype(io.dtype)
+    if "negated_numerator" in match:
+        scale = -scale
     bias = None if bias is None else bias.astype(io.dtype)
+    checks.statistics_outputs(match, context, io, "channel-first", rank)
     to_last = (0, *range(2, rank), 1)
     back = (0, rank - 1, *range(1, rank - 1))
     return checks.fused_site(KIND, match, context, io, -1, eps, (scale, bias), (to_last, back))

@@ -26,21 +26,45 @@ from normfuse.rewrite import Context, Site
 KIND = "rms-norm"
 
 _x = AnyOf(Op("Cast", Var("x"), name="upcast"), Var("x"))
+
+
+def _reduced(op: str, pattern) -> AnyOf:
+    """`op` over `pattern` (bound to "reduce"), or with keepdims=0 and an `Unsqueeze` back."""
+    reduce = Op(op, pattern, name="reduce", extra_inputs=True)
+    return AnyOf(reduce, Op("Unsqueeze", reduce, name="reduce_unsqueezed", extra_inputs=True))
+
+
 _square = AnyOf(
     Op("Pow", _x, Const("two", 2.0), name="square"),
+    # Any other constant exponent: checked to be all exactly 2 (`check_square_exponent`).
+    Op("Pow", _x, Const("square_exponent"), name="square"),
     Op("Mul", _x, _x, name="square"),
     Op("Abs", _x, name="absolute"),  # near-miss: mean of |x|
 )
-_mean_square = AnyOf(
-    Op("ReduceMean", _square, name="reduce", extra_inputs=True),
-    Op("Div", Op("ReduceSum", _square, name="reduce", extra_inputs=True), Const("divisor")),
-    Op("ReduceSum", _square, name="reduce", extra_inputs=True),  # near-miss: sum, not mean
+_l2 = _reduced("ReduceL2", _x)
+# sum(x^2): ReduceSum of the squares, ReduceSumSquare, or ReduceL2 squared.
+_sum_squares = AnyOf(
+    _reduced("ReduceSum", _square),
+    _reduced("ReduceSumSquare", _x),
+    Op("Pow", _l2, Const("two", 2.0)),
+    Op("Mul", _l2, _l2),
 )
-_shifted = Op("Add", _mean_square, Var("epsilon"), name="shifted")
-_rms = Op("Sqrt", _shifted)
+_mean_square = AnyOf(
+    _reduced("ReduceMean", _square),
+    Op("Div", _sum_squares, Var("divisor")),
+    Op("Mul", _sum_squares, Const("reciprocal_divisor")),
+    _sum_squares,  # near-miss: sum, not mean
+)
+_shifted = AnyOf(
+    Op("Add", _mean_square, Var("epsilon"), name="shifted"),
+    # (sum(x^2) + epsilon) / d: epsilon / d inside the mean.
+    Op("Div", Op("Add", _sum_squares, Var("epsilon"), name="epsilon_in_sum"), Var("divisor")),
+)
+_rms = AnyOf(Op("Sqrt", _shifted), Op("Pow", _shifted, Const("half")))
 _normed = AnyOf(
     Op("Div", _x, _rms, name="normed"),
     Op("Mul", _x, Op("Reciprocal", _rms), name="normed"),
+    Op("Mul", _x, Op("Pow", _rms, Const("minus_one")), name="normed"),
     Op("Mul", _x, Op("Div", Const("one", 1.0), _rms), name="normed"),  # TorchScript's rsqrt
     Op("Mul", _x, Op("Pow", _shifted, Const("minus_half", -0.5)), name="normed"),
     # Near-miss: epsilon added after the square root.
@@ -57,25 +81,27 @@ def _downcast(pattern: Op | AnyOf) -> Op:
     return Op("Cast", pattern, name="downcast")
 
 
-# `a - ReduceMean(a)`: an input that makes the match a layer norm, not an RMS norm.
-_CENTERED = Op("Sub", Var("a"), Op("ReduceMean", Var("a"), extra_inputs=True))
+# `a - ReduceMean(a)` or `ReduceMean(a) - a` (the mean possibly unsqueezed back): an input that
+# makes the match a layer norm, which the layer-norm pass fuses or reports.
+_mean_of_a = Op("ReduceMean", Var("a"), extra_inputs=True)
+_mean_of_a_kept = AnyOf(_mean_of_a, Op("Unsqueeze", _mean_of_a, extra_inputs=True))
+_CENTERED = AnyOf(Op("Sub", Var("a"), _mean_of_a_kept), Op("Sub", _mean_of_a_kept, Var("a")))
 
+# A bias after the scale is not part of the match: the RMS norm fuses and the Add stays.
 _ROOTS = (
     Op("Mul", AnyOf(_downcast(_normed), _normed), Const("scale"), name="y"),
     _downcast(Op("Mul", _normed, Const("scale"), name="y")),
     _downcast(_normed),
     _normed,
 )
-# Near-misses: a bias after the RMS norm (layer norm without its mean?), and L2 normalisation.
-_WITH_BIAS = tuple(Op("Add", root, Const("bias"), name="biased") for root in _ROOTS[:2])
-_l2 = Op("ReduceL2", _x, name="reduce", extra_inputs=True)
+# Near-miss: L2 normalisation.
 _L2_NORMALISED = Op(
     "Div",
     _x,
     AnyOf(Op("Add", _l2, Const("epsilon")), Op("Max", _l2, Const("epsilon")), _l2),
-    name="normed",
+    name="l2_normalised",
 )
-PATTERNS = (*_WITH_BIAS, *_ROOTS, _L2_NORMALISED)
+PATTERNS = (*_ROOTS, _L2_NORMALISED)
 
 
 class RmsNormPass:
@@ -105,23 +131,24 @@ def _check(match: Match, context: Context) -> Site:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
     if "absolute" in match:
         raise checks.Reject("mean-abs-not-square", "the statistic is the mean of |x|, not of x^2")
-    reduce = match.node("reduce")
-    if reduce.op == "ReduceL2":
+    if "l2_normalised" in match:
         raise checks.Reject("l2-norm", "x / ||x||_2 is L2 normalisation: no mean, no sqrt(d)")
-    if "biased" in match:
-        raise checks.Reject(
-            "rms-with-bias",
-            "an RMS norm followed by a bias: a layer norm without its mean subtraction? left alone",
-        )
-    if reduce.op == "ReduceSum" and "divisor" not in match:
+    checks.check_exponents(match, context)
+    reduce = match.node("reduce")
+    if reduce.op != "ReduceMean" and not {"divisor", "reciprocal_divisor"} & match.tensors.keys():
         raise checks.Reject("sum-not-mean", "the squares are summed, not averaged")
     io = checks.fused_io(match, context)
     shape = checks.known_shape(match["x"], context)
     rank = len(shape)
-    axes = checks.reduction_axes([reduce], rank, context)
+    unsqueezed = checks.unsqueezed_reducers(match, ("reduce",))
+    axes = checks.reduction_axes([reduce], rank, context, unsqueezed=unsqueezed)
     dims = checks.normalised_shape(shape, axes)
-    checks.check_divisor(match, context, int(np.prod(dims)))
-    eps = checks.epsilon(match, context)
+    count = int(np.prod(dims))
+    checks.check_divisor(match, context, count)
+    checks.check_square_exponent(match, context, shape)
+    eps = checks.epsilon(match, context, checks.reduced_shape(shape, axes))
+    if "epsilon_in_sum" in match:  # sqrt((s + e) / d) == sqrt(s / d + e / d)
+        eps = eps / count  # in double, fused_site requires e / d to be exactly a float32
     scale = checks.affine(match, "scale", context, dims, rank)
     scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
     return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale,))

@@ -68,3 +68,60 @@ def op_types(model: onnx.ModelProto) -> list[str]:
 def op_counts(model: onnx.ModelProto) -> Counter:
     """How many nodes of each op type the model has."""
     return Counter(op_types(model))
+
+
+def adversarial_inputs(
+    model: onnx.ModelProto, dims: dict | None = None, seed: int = 0
+) -> dict[str, dict[str, np.ndarray]]:
+    """Named input sets that stress a norm's statistics: random, large (x 1e4), tiny (x 1e-4),
+    constant rows (every value along the last axis equal), all negative, and outliers (one
+    value per row 1e3 times the rest)."""
+    base = random_inputs(model, dims, seed)
+    rng = np.random.default_rng(seed + 1)
+    cases: dict[str, dict[str, np.ndarray]] = {}
+    transforms = {
+        "random": lambda x: x,
+        "large": lambda x: x * 1e4,
+        "tiny": lambda x: x * 1e-4,
+        "constant_rows": lambda x: np.broadcast_to(x[..., :1], x.shape).copy(),
+        "negative": lambda x: -np.abs(x) - 5.0,
+        "outliers": lambda x: _with_outliers(x, rng),
+    }
+    for name, transform in transforms.items():
+        cases[name] = {
+            key: transform(value).astype(value.dtype)
+            if np.issubdtype(value.dtype, np.floating)
+            else value
+            for key, value in base.items()
+        }
+    return cases
+
+
+def _with_outliers(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    out = x.copy()
+    if out.ndim == 0 or out.shape[-1] == 0:
+        return out
+    index = rng.integers(0, out.shape[-1], out.shape[:-1])
+    np.put_along_axis(
+        out, index[..., None], np.take_along_axis(out, index[..., None], -1) * 1e3, -1
+    )
+    return out
+
+
+def assert_same_numerics(
+    original: onnx.ModelProto,
+    fused: onnx.ModelProto,
+    dims: dict | None = None,
+    seed: int = 0,
+    rtol: float = FLOAT32_ATOL,
+) -> None:
+    """`fused` computes what `original` does on every adversarial input set (ORT_DISABLE_ALL):
+    the largest difference at most `rtol` times the largest output magnitude (at least 1)."""
+    for name, feeds in adversarial_inputs(original, dims, seed).items():
+        for expected, actual in zip(run(original, feeds), run(fused, feeds), strict=True):
+            expected, actual = expected.astype(np.float64), actual.astype(np.float64)
+            assert np.array_equal(np.isnan(expected), np.isnan(actual)), name
+            finite = ~np.isnan(expected)
+            error = np.max(np.abs(expected[finite] - actual[finite]), initial=0.0)
+            magnitude = max(1.0, np.max(np.abs(expected[finite]), initial=0.0))
+            assert error <= rtol * magnitude, f"{name}: {error} > {rtol} * {magnitude}"

@@ -127,8 +127,21 @@ def test_rejects_hazard(name: str) -> None:
     assert result.report.near_misses[0].reason == reason
 
 
-def test_target_onnx_below_opset_17_reports_opset_too_low() -> None:
+def test_target_onnx_below_opset_17_raises_the_opset() -> None:
     model = group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], SHAPE, opset=16)
+    result = normfuse.optimize(model, target="onnx")
+    assert len(result.report.sites) == 1
+    assert normfuse.targets.default_opset(result.model) == 17
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = random_inputs(model, {"batch": 2}, seed=40)
+    assert max_abs_diff(model, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_target_onnx_reports_opset_too_low_where_the_opset_cannot_be_raised() -> None:
+    from models.builders import with_batch_norm
+
+    model = group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], (2, 8, 5, 5), opset=13)
+    model = with_batch_norm(model, training_outputs=True)  # BatchNormalization-9 training form
     result = normfuse.optimize(model, target="onnx")
     assert result.report.sites == []
     assert "opset-too-low" in {miss.reason for miss in result.report.near_misses}

@@ -17,6 +17,7 @@ import onnx_graphsurgeon as gs
 from normfuse.constants import reduce_axes
 from normfuse.pattern import Match
 from normfuse.rewrite import (
+    INTERMEDIATE_USED_ELSEWHERE,
     Context,
     FusedNode,
     Reject,
@@ -24,10 +25,13 @@ from normfuse.rewrite import (
     check_attribute_values,
     node_label,
 )
+from normfuse.static_values import static_value
+from normfuse.targets import STANDARD_OPS, Target
 
 FLOAT_TYPES = {
     onnx.TensorProto.FLOAT: np.float32,
     onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.DOUBLE: np.float64,
 }
 # Types a model may upcast to float32 for the statistics (bfloat16 has no NumPy dtype here).
 UPCAST_SOURCES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT}
@@ -105,35 +109,126 @@ def known_shape(tensor: gs.Tensor, context: Context) -> tuple:
 
 
 def reduction_axes(
-    nodes: list[gs.Node], rank: int, context: Context, channel_first: bool = False
+    nodes: list[gs.Node],
+    rank: int,
+    context: Context,
+    channel_first: bool = False,
+    unsqueezed: dict[int, gs.Node] | None = None,
 ) -> tuple[int, ...]:
-    """The axes all `nodes` reduce (as negative indices): the same trailing axes, never axis 0;
-    with `channel_first`, axis 1 alone of a rank-4 (NCHW) tensor is accepted too."""
+    """The axes all `nodes` reduce (as negative indices): the same axes, forming a trailing suffix
+    of the shape (all axes of a rank-1 tensor, say); with `channel_first`, axis 1 alone of a
+    rank-4 (NCHW) tensor is accepted too. `unsqueezed` maps a `keepdims=0` node (by id) to the
+    `Unsqueeze` that restores exactly the dims it dropped."""
     for node in nodes:
         check_attribute_values(node)
-        if not node.attrs.get("keepdims", 1):
-            raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
-    found = [reduce_axes(node, rank, context.reader) for node in nodes]
+    found = [_axes(node, rank, context) for node in nodes]
     if any(axes is None for axes in found):
         raise Reject("unknown-axes", "reduction axes are not constant")
+    for node, axes in zip(nodes, found, strict=True):
+        _check_keepdims(node, axes, rank, context, (unsqueezed or {}).get(id(node)))
     if len(set(found)) > 1:
         raise Reject(
             "mismatched-axes",
             " vs ".join(f"{n.op} over {a}" for n, a in zip(nodes, found, strict=True)),
         )
     axes = found[0]
-    if -rank in axes:
-        raise Reject("batch-axis", f"axes {axes} of a rank-{rank} tensor include the first axis")
     if channel_first and is_channel_first(axes, rank):
         return axes
-    if axes != tuple(range(-len(axes), 0)):
-        raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
-    return axes
+    if axes == tuple(range(-len(axes), 0)):
+        return axes
+    if -rank in axes:
+        raise Reject(
+            "batch-axis",
+            f"axes {axes} of a rank-{rank} tensor include the first axis but not all trailing ones",
+        )
+    raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
+
+
+def _axes(node: gs.Node, rank: int, context: Context) -> tuple[int, ...] | None:
+    """`reduce_axes`, or axes computed from static shapes (`Range(axis, Size(Shape(x)))`)."""
+    try:
+        axes = reduce_axes(node, rank, context.reader)
+    except (TypeError, ValueError):  # a malformed `axes` attribute
+        return None
+    if axes is not None or "axes" in node.attrs or len(node.inputs) < 2:
+        return axes
+    value = static_value(node.inputs[1], context)
+    if value is None or value.size == 0 or not np.issubdtype(value.dtype, np.integer):
+        return None
+    return _normalised_axes(value, rank)
+
+
+def _normalised_axes(value: np.ndarray, rank: int) -> tuple[int, ...] | None:
+    if not np.issubdtype(value.dtype, np.integer):
+        return None
+    axes = [int(a) for a in value.reshape(-1)]
+    if any(a < -rank or a >= rank for a in axes):
+        return None
+    normalised = tuple(sorted({a - rank if a >= 0 else a for a in axes}))
+    return normalised if len(normalised) == len(axes) else None
+
+
+def _check_keepdims(
+    node: gs.Node, axes: tuple[int, ...], rank: int, context: Context, unsqueeze: gs.Node | None
+) -> None:
+    """keepdims=1, or keepdims=0 followed by an `Unsqueeze` of exactly the dropped axes."""
+    keepdims = node.attrs.get("keepdims", 1)
+    if keepdims and unsqueeze is None:
+        return
+    if keepdims:
+        raise Reject("unsqueeze-axes", f"{node.name!r} keeps its dims and is unsqueezed after")
+    if unsqueeze is None:
+        raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
+    if "axes" in unsqueeze.attrs:
+        restored = np.array(unsqueeze.attrs["axes"]).reshape(-1)
+    elif len(unsqueeze.inputs) > 1:
+        restored = static_value(unsqueeze.inputs[1], context)
+    else:
+        restored = None
+    restored = None if restored is None else _normalised_axes(restored, rank)
+    if restored != axes:
+        raise Reject(
+            "unsqueeze-axes",
+            f"{node.name!r} drops axes {axes}; the Unsqueeze after it restores {restored}",
+        )
+
+
+def unsqueezed_reducers(match: Match, names: tuple[str, ...]) -> dict[int, gs.Node]:
+    """The `Unsqueeze` after each reducer bound to one of `names` (`<name>_unsqueezed`), by the
+    reducer's id."""
+    return {
+        id(match.node(name)): match.node(f"{name}_unsqueezed")
+        for name in names
+        if f"{name}_unsqueezed" in match
+    }
+
+
+# Exponents a pattern binds loosely, so that a wrong one is reported: (name, value, reason).
+EXPONENTS = (("half", 0.5, "root-exponent"), ("minus_one", -1.0, "reciprocal-exponent"))
+
+
+def check_exponents(match: Match, context: Context) -> None:
+    """`Pow(., half)` must be exactly a square root and `Pow(., minus_one)` exactly a reciprocal:
+    one-element constants exactly equal to 0.5 and -1 in their own type."""
+    for name, expected, reason in EXPONENTS:
+        if name not in match:
+            continue
+        value = context.reader.value(match[name])
+        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.floating):
+            raise Reject(reason, f"the exponent {name!r} is not a one-element float constant")
+        if value.reshape(()) != expected:
+            raise Reject(reason, f"Pow(., {value.reshape(())}) where {expected} was needed")
 
 
 def is_channel_first(axes: tuple[int, ...], rank: int) -> bool:
     """Statistics over axis 1 alone of an NCHW tensor (ConvNeXt's channels-first layer norm)."""
     return rank == 4 and axes == (1 - rank,)
+
+
+def reduced_shape(shape: tuple, axes: tuple[int, ...]) -> tuple:
+    """`shape` with the reduced `axes` (negative) kept as 1: the statistics' shape."""
+    rank = len(shape)
+    return tuple(1 if axis - rank in axes else dim for axis, dim in enumerate(shape))
 
 
 def normalised_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -145,24 +240,39 @@ def normalised_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def check_divisor(match: Match, context: Context, count: int) -> None:
-    """A `Div(ReduceSum(.), n)` or `Mul(ReduceMean(.), c)` statistic must be a mean over d items."""
+    """A `Div(ReduceSum(.), n)`, `Mul(ReduceSum(.), r)` or `Mul(ReduceMean(.), c)` statistic must
+    be a mean over d items: n exactly d (a constant, or folded from static shapes), r the nearest
+    value to 1/d in its own type, c exactly 1."""
     if "divisor" in match:
-        effective = context.reader.scalar(match["divisor"])
+        value = static_value(match["divisor"], context)
+        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
+            raise Reject("variance-divisor", "the divisor is not a one-element static value")
+        effective = float(value.reshape(()))
+        exact = effective == count
+    elif "reciprocal_divisor" in match:
+        value = context.reader.value(match["reciprocal_divisor"])
+        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.floating):
+            raise Reject("variance-divisor", "the factor is not a one-element float constant")
+        factor = value.reshape(())
+        exact = factor == factor.dtype.type(1.0 / count)
+        effective = float(1.0 / factor) if factor else float("inf")
     elif "correction" in match:
         correction = context.reader.scalar(match["correction"])
         effective = None if not correction else count / correction
+        exact = correction == 1.0
     else:
         return
-    if effective is not None and np.isclose(effective, count, rtol=1e-6):
+    if exact:
         return
     if effective is not None and count > 1 and np.isclose(effective, count - 1, rtol=1e-6):
         raise Reject("unbiased-variance", f"divides by d-1 = {count - 1}, not d = {count}")
     raise Reject("variance-divisor", f"divides by {effective}, not d = {count}")
 
 
-def epsilon(match: Match, context: Context) -> float:
+def epsilon(match: Match, context: Context, reduced_shape: tuple | None = None) -> float:
     """Epsilon: a positive, finite one-element true constant (an initializer the caller may
-    override is a value, not a constant)."""
+    override is a value, not a constant); with `reduced_shape` (the statistics' shape), also a
+    tensor whose values are all equal and whose broadcast leaves that shape unchanged."""
     tensor = match["epsilon"]
     if not context.reader.is_constant(tensor):
         raise Reject(
@@ -171,10 +281,48 @@ def epsilon(match: Match, context: Context) -> float:
             "initializer the caller may override), so it cannot be baked into the fused node",
         )
     value = context.reader.scalar(tensor)
+    if value is None and reduced_shape is not None:
+        value = uniform_value(tensor, context, reduced_shape)
     if value is None:
         raise Reject("epsilon-not-scalar", "epsilon is not a one-element constant")
     if not (value > 0 and np.isfinite(value)):
         raise Reject("epsilon-not-positive", f"epsilon is {value}")
+    return value
+
+
+def uniform_value(tensor: gs.Tensor, context: Context, shape: tuple) -> float | None:
+    """The common value of a constant whose values are all equal and whose broadcast against a
+    tensor of `shape` leaves that shape unchanged (every dim 1 or the same static dim); else
+    None. Such a constant acts exactly as its one value."""
+    value = context.reader.value(tensor)
+    if value is None or value.size == 0 or value.ndim > len(shape):
+        return None
+    if not np.issubdtype(value.dtype, np.floating) or not np.all(value == value.flat[0]):
+        return None
+    trailing = shape[len(shape) - value.ndim :]
+    if any(dim not in (1, full) for dim, full in zip(value.shape, trailing, strict=True)):
+        return None
+    return float(value.flat[0])
+
+
+def check_square_exponent(match: Match, context: Context, shape: tuple) -> None:
+    """A `Pow(., e)` squaring with e a tensor: every value exactly 2, broadcast-neutral."""
+    if "square_exponent" not in match:
+        return
+    value = uniform_value(match["square_exponent"], context, shape)
+    if value != 2.0:
+        raise Reject(
+            "square-exponent", "the exponent is not 2 (exactly, in every element, shape-neutral)"
+        )
+
+
+def exact_float32(value: float, what: str) -> float:
+    """`value`, which must be exactly a float32 (what the fused node's `epsilon` attribute is)."""
+    if float(np.float32(value)) != value:
+        raise Reject(
+            "epsilon-not-float32",
+            f"{what} {value!r} is not exactly a float32, which the fused node's attribute is",
+        )
     return value
 
 
@@ -184,7 +332,7 @@ def affine(
     """The bound constant `name` (scale or bias) expanded to `dims`; None when not in the match."""
     if name not in match:
         return None
-    value = context.reader.value(match[name])
+    value = static_value(match[name], context)  # a constant, or a Flatten of one
     expanded = None if value is None else affine_parameter(value, dims, rank)
     if expanded is None:
         reason = "gamma-shape" if name == "scale" else "beta-shape"
@@ -241,29 +389,42 @@ def fused_site(
     eps: float,
     params: tuple,
     layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+    extra_outputs: tuple[tuple[int, gs.Tensor], ...] = (),
 ) -> Site:
-    """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias])."""
+    """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias]),
+    also producing `extra_outputs` (LayerNormalization's Mean and InvStdDev)."""
     _check_output_type(match.root, io, context)
     _check_constant_ranks(match, len(known_shape(match["x"], context)), context)
     emission = context.emissions[kind]
     if emission is None:
-        raise Reject(
-            "opset-too-low", f"no standard operator for {kind} at this opset (--target onnx)"
-        )
+        raise Reject("opset-too-low", _opset_too_low(kind, context))
+    stash_type, ort_only = _stash_type(emission.op, io, context)
+    if io.elem_type == onnx.TensorProto.DOUBLE:  # computed in double: epsilon must be exact
+        exact_float32(eps, "epsilon")
     fused = FusedNode(
         emission.op,
         emission.domain,
-        {"axis": axis, "epsilon": eps, "stash_type": 1},
+        {"axis": axis, "epsilon": eps, "stash_type": stash_type},
         (io.x, *params),
         io.output_cast,
+        extra_outputs=extra_outputs,
         layout=layout,
     )
-    inside = {id(node) for node in match.nodes}
+    rewired = {id(tensor) for _, tensor in extra_outputs}
+    # Nodes whose outputs the fused node takes over die too (a Reciprocal of the std).
+    inside = {id(node) for node in match.nodes} | {
+        id(tensor.inputs[0]) for _, tensor in extra_outputs if tensor.inputs
+    }
     kept = {id(node) for node in io.kept}
     kept.update(
         id(node)
         for node in match.nodes
-        if any(id(user) not in inside for tensor in node.outputs for user in tensor.outputs)
+        if any(
+            id(user) not in inside
+            for tensor in node.outputs
+            if id(tensor) not in rewired
+            for user in tensor.outputs
+        )
         and node is not match.root.inputs[0]
     )
     removed = tuple(node_label(node) for node in match.nodes if id(node) not in kept)
@@ -278,7 +439,7 @@ def fused_site(
         removed,
         fused,
         emission.opset,
-        emission.ort_only,
+        emission.ort_only or ort_only,
         frozenset(id(node) for node in match.nodes),
     )
 
@@ -295,6 +456,83 @@ def _check_constant_ranks(match: Match, rank: int, context: Context) -> None:
                     "broadcast-shape",
                     f"constant {name} of rank {len(shape)} broadcasts a rank-{rank} input",
                 )
+
+
+# Matched statistics that may be used outside a layer norm (the pass lists them as shared): the
+# mean and inverse std become LayerNormalization's optional outputs where their type and shape
+# are the spec's; a mean that another norm of x also centres with stays for it.
+STATISTICS = ((1, "mean", "mean_unsqueezed"), (2, "inv_std", "variance_reduce_unsqueezed"))
+
+
+def statistics_outputs(
+    match: Match, context: Context, io: FusedIO, layout: tuple | None, rank: int
+) -> tuple[tuple[int, gs.Tensor], ...]:
+    """The Mean (1) and InvStdDev (2) outputs the fused `LayerNormalization` provides for the
+    matched statistics; raises `Reject` where a statistic used outside cannot be provided."""
+    inside = {id(node) for node in match.nodes}
+    extra = []
+    for index, name, unsqueezed in STATISTICS:
+        if name not in match:
+            continue
+        tensor = match[name]
+        outside = [user for user in tensor.outputs if id(user) not in inside]
+        if name == "mean" and outside and all(_centers(user, match) for user in outside):
+            continue  # another norm of x centres with it: the ReduceMean stays for that norm
+        shape = context.shape(tensor)
+        if (
+            layout is None
+            and unsqueezed not in match
+            and context.elem_type(tensor) == onnx.TensorProto.FLOAT
+            and io.elem_type != onnx.TensorProto.DOUBLE
+            and shape is not None
+            and len(shape) == rank
+        ):
+            extra.append((index, tensor))
+        elif outside:
+            raise _escaping(tensor, outside)
+    return tuple(extra)
+
+
+def _centers(user: gs.Node, match: Match) -> bool:
+    """`user` is `x - mean` or `mean - x` of the matched x (or its upcast)."""
+    sources = {id(match["x"])} | ({id(match["upcast"])} if "upcast" in match else set())
+    return user.op == "Sub" and any(id(tensor) in sources for tensor in user.inputs)
+
+
+def _escaping(tensor: gs.Tensor, users: list[gs.Node]) -> Reject:
+    names = ", ".join(user.name or user.op for user in users)
+    return Reject(INTERMEDIATE_USED_ELSEWHERE, f"{tensor.name!r} is also used by {names}")
+
+
+def _opset_too_low(kind: str, context: Context) -> str:
+    standard = STANDARD_OPS.get(kind)
+    if standard is None:
+        return f"no standard operator for {kind} at this opset (--target onnx)"
+    op, opset = standard
+    return (
+        f"{op} needs opset {opset} and the model's opset cannot be raised to it without "
+        "changing another operator's meaning (--target onnx)"
+    )
+
+
+def _stash_type(op: str, io: FusedIO, context: Context) -> tuple[int, bool]:
+    """The fused node's `stash_type` (the precision of its statistics) and whether the result is
+    then ONNX Runtime-only. In double: `RMSNormalization` computes in double with stash_type=11;
+    ONNX Runtime's CPU `LayerNormalization` implements double only with stash_type=1 (and then
+    computes in double, measured), which the standard reads as float32 statistics."""
+    if io.elem_type != onnx.TensorProto.DOUBLE:
+        return onnx.TensorProto.FLOAT, False
+    if op == "RMSNormalization":
+        return onnx.TensorProto.DOUBLE, False
+    if op == "LayerNormalization":
+        if context.target is Target.ONNX:
+            raise Reject(
+                "float64-stash-type",
+                "standard LayerNormalization in double needs stash_type=11, which ONNX Runtime's "
+                "CPU provider does not implement; stash_type=1 means float32 statistics",
+            )
+        return onnx.TensorProto.FLOAT, True
+    return onnx.TensorProto.FLOAT, False
 
 
 def _check_output_type(root: gs.Tensor, io: FusedIO, context: Context) -> None:

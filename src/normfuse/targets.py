@@ -22,9 +22,70 @@ import onnx.defs
 LAYER_NORM_OPSET = 17
 RMS_NORM_OPSET = 23
 LOWEST_RAISABLE_OPSET = 13
+# The standard operator of each kind and the opset that introduced it.
+STANDARD_OPS = {
+    "layer-norm": ("LayerNormalization", LAYER_NORM_OPSET),
+    "rms-norm": ("RMSNormalization", RMS_NORM_OPSET),
+}
 
-# Operator versions from 14 to 17 that only widened types or added attributes whose defaults keep
-# the old meaning (ONNX operator changelog). RoiAlign-16, which changed a default, is absent.
+# Operator versions from 14 to 23 that only widened types or added attributes and inputs whose
+# defaults keep the old meaning (ONNX operator changelog; checked against the schemas: same
+# attributes, inputs, outputs and text unless noted). RoiAlign-16, which changed a default, and
+# ReduceMax/ReduceMin-20, GroupNormalization-21, Resize-18/19, the pooling and quantisation
+# changes are absent: a model using them is not raised past them.
+_TYPES_ONLY_22 = [
+    "Acos",
+    "Acosh",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
+    "Bernoulli",
+    "Conv",
+    "ConvTranspose",
+    "Cos",
+    "Cosh",
+    "DeformConv",
+    "Det",
+    "Dropout",
+    "Elu",
+    "EyeLike",
+    "GlobalAveragePool",
+    "GlobalLpPool",
+    "GlobalMaxPool",
+    "HardSigmoid",
+    "HardSwish",
+    "InstanceNormalization",
+    "LpNormalization",
+    "MaxRoiPool",
+    "MaxUnpool",
+    "Mish",
+    "Multinomial",
+    "NegativeLogLikelihoodLoss",
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+    "Round",
+    "Selu",
+    "Sin",
+    "Sinh",
+    "Softplus",
+    "Softsign",
+    "Tan",
+    "ThresholdedRelu",
+]
+_REDUCE_18 = [
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+]
 _MEANING_PRESERVING_VERSIONS: dict[str, frozenset[int]] = {
     name: frozenset(versions)
     for name, versions in {
@@ -34,24 +95,43 @@ _MEANING_PRESERVING_VERSIONS: dict[str, frozenset[int]] = {
         "Div": {14},
         "Relu": {14},
         "CumSum": {14},
-        "Reshape": {14},
-        "GRU": {14},
-        "LSTM": {14},
-        "RNN": {14},
-        "Identity": {14, 16},
+        "Reshape": {14, 19, 21, 23},
+        "GRU": {14, 22},
+        "LSTM": {14, 22},
+        "RNN": {14, 22},
+        "Identity": {14, 16, 19, 21, 23},
+        # 14 dropped the training outputs: only single-output (inference) nodes, see below.
         "BatchNormalization": {14, 15},
         "Pow": {15},
-        "Shape": {15},
+        "Shape": {15, 19, 21, 23},
+        "Size": {19, 21, 23},
         "GreaterOrEqual": {16},
         "LessOrEqual": {16},
-        "If": {16},
-        "Loop": {16},
-        "Scan": {16},
+        "If": {16, 19, 21, 23},
+        "Loop": {16, 19, 21, 23},
+        "Scan": {16, 19, 21, 23},
         "LeakyRelu": {16},
         "PRelu": {16},
-        "ScatterElements": {16},
-        "ScatterND": {16},
+        "ScatterElements": {16, 18},  # 18 added reduction modes
+        "ScatterND": {16, 18},
         "Where": {16},
+        "Cast": {19, 21, 23},  # 19 added `saturate`, which only float8 targets read
+        "CastLike": {19, 21, 23},
+        "Constant": {19, 21, 23},
+        "ConstantOfShape": {20, 21, 23},
+        "Equal": {19},
+        "Flatten": {21, 23},
+        "IsInf": {20},
+        "IsNaN": {20},
+        "Pad": {18, 19, 21, 23},  # 18 added the optional `axes` input, 19 the `wrap` mode
+        "QLinearMatMul": {21},
+        "Split": {18},  # 18 added `num_outputs`
+        "Squeeze": {21, 23},
+        "Transpose": {21, 23},
+        "Unsqueeze": {21, 23},
+        **{name: {22} for name in _TYPES_ONLY_22},
+        # 18 moved `axes` from an attribute to an input: only nodes without the attribute.
+        **{name: {18} for name in _REDUCE_18},
     }.items()
 }
 
@@ -84,35 +164,38 @@ def default_opset(model: onnx.ModelProto) -> int:
 def layer_norm_emission(model: onnx.ModelProto, target: Target) -> Emission | None:
     """How `LayerNormalization` is emitted for `model` and `target`; None when it cannot be."""
     opset = default_opset(model)
-    raisable = (
-        opset < LAYER_NORM_OPSET
-        and target is Target.ORT
-        and can_raise_opset(model, LAYER_NORM_OPSET)
-    )
+    raisable = opset < LAYER_NORM_OPSET and can_raise_opset(model, LAYER_NORM_OPSET)
     return _layer_norm(opset, target, raisable)
 
 
 def rms_norm_emission(model: onnx.ModelProto, target: Target) -> Emission | None:
     """How RMS normalisation is emitted: ONNX Runtime's `SimplifiedLayerNormalization` (registered
-    in the default domain at every opset) for ORT; standard `RMSNormalization` from opset 23."""
-    return _rms_norm(default_opset(model), target)
+    in the default domain at every opset) for ORT; standard `RMSNormalization` from opset 23,
+    raising the model's opset to 23 where that changes no other operator's meaning."""
+    opset = default_opset(model)
+    raisable = (
+        target is Target.ONNX and opset < RMS_NORM_OPSET and can_raise_opset(model, RMS_NORM_OPSET)
+    )
+    return _rms_norm(opset, target, raisable)
 
 
 def _layer_norm(opset: int, target: Target, raisable: bool) -> Emission | None:
     if opset >= LAYER_NORM_OPSET:
         return Emission("LayerNormalization", "", opset, ort_only=False)
-    if target is Target.ONNX:
-        return None
     if raisable:
         return Emission("LayerNormalization", "", LAYER_NORM_OPSET, ort_only=False)
+    if target is Target.ONNX:
+        return None
     return Emission("LayerNormalization", "", opset, ort_only=True)
 
 
-def _rms_norm(opset: int, target: Target) -> Emission | None:
+def _rms_norm(opset: int, target: Target, raisable: bool = False) -> Emission | None:
     if target is Target.ORT:
         return Emission("SimplifiedLayerNormalization", "", opset, ort_only=True)
     if opset >= RMS_NORM_OPSET:
         return Emission("RMSNormalization", "", opset, ort_only=False)
+    if raisable:
+        return Emission("RMSNormalization", "", RMS_NORM_OPSET, ort_only=False)
     return None
 
 
@@ -134,18 +217,36 @@ def _group(layer_norm: Emission | None) -> dict[str, Emission | None]:
 
 
 def can_raise_opset(model: onnx.ModelProto, new_opset: int) -> bool:
-    """True if raising the default-domain opset to `new_opset` changes no node's meaning."""
+    """True if raising the default-domain opset to `new_opset` changes no node's meaning, in the
+    graph and in every model-local function (they are raised with it: a model imports one
+    version of each domain)."""
     old_opset = default_opset(model)
     if old_opset < LOWEST_RAISABLE_OPSET:
         return False
-    for op in {node.op_type for node in _default_domain_nodes(model.graph)}:
-        try:
-            versions = _versions_between(op, old_opset, new_opset)
-        except onnx.defs.SchemaError:
+    nodes = list(_default_domain_nodes(model.graph))
+    for function in model.functions:
+        if _function_opset(function) not in (None, old_opset):
             return False
-        if not versions <= _MEANING_PRESERVING_VERSIONS.get(op, frozenset()):
-            return False
+        nodes.extend(_default_domain_nodes(function))
+    return all(_keeps_meaning(node, old_opset, new_opset) for node in nodes)
+
+
+def _keeps_meaning(node: onnx.NodeProto, old_opset: int, new_opset: int) -> bool:
+    try:
+        versions = _versions_between(node.op_type, old_opset, new_opset)
+    except onnx.defs.SchemaError:
+        return False
+    if not versions <= _MEANING_PRESERVING_VERSIONS.get(node.op_type, frozenset()):
+        return False
+    if node.op_type == "BatchNormalization" and 14 in versions:
+        return len([name for name in node.output if name]) == 1  # the training form is gone
+    if node.op_type in _REDUCE_18 and 18 in versions:
+        return not any(attribute.name == "axes" for attribute in node.attribute)
     return True
+
+
+def _function_opset(function: onnx.FunctionProto) -> int | None:
+    return next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), None)
 
 
 def _versions_between(op: str, old_opset: int, new_opset: int) -> set[int]:
@@ -161,7 +262,9 @@ def _versions_between(op: str, old_opset: int, new_opset: int) -> set[int]:
     return versions
 
 
-def _default_domain_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+def _default_domain_nodes(
+    graph: onnx.GraphProto | onnx.FunctionProto,
+) -> Iterator[onnx.NodeProto]:
     for node in graph.node:
         if node.domain in ("", "ai.onnx"):
             yield node
@@ -172,8 +275,12 @@ def _default_domain_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 
 def set_default_opset(model: onnx.ModelProto, opset: int) -> None:
-    """Import `opset` for the default domain, raising the IR version if that opset needs it."""
-    for entry in model.opset_import:
+    """Import `opset` for the default domain, in the model and in its local functions (which
+    must import the model's version), raising the IR version if that opset needs it."""
+    imports = [*model.opset_import]
+    for function in model.functions:
+        imports += list(function.opset_import)
+    for entry in imports:
         if entry.domain in ("", "ai.onnx"):
             entry.version = opset
     needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
