@@ -69,10 +69,15 @@ def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict
 def site_rows(shape: list[int], axis: int, dtype: np.dtype, seed: int) -> np.ndarray:
     """Inputs for one site: random rows plus adversarial ones (constant, large, small, outlier).
 
-    Leading dims are enlarged so there are at least `SITE_ROWS` rows to fill.
+    Leading dims are enlarged so there are at least `SITE_ROWS` rows to fill. Statistics over
+    every axis leave one group: random values with one outlier.
     """
     rng = np.random.default_rng(seed)
     leading, normalised = list(shape[:axis]), list(shape[axis:])
+    if not leading:
+        values = rng.normal(1.0, 2.0, int(np.prod(normalised)))
+        values[rng.integers(values.size)] = 100.0 * np.abs(values).max()
+        return values.reshape(normalised).astype(dtype)
     count = int(np.prod(leading)) if leading else 1
     if count < SITE_ROWS:
         leading[0] *= -(-SITE_ROWS // count)
