@@ -19,7 +19,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import Const, Match, Op, Var
-from normfuse.rewrite import Context, FusedNode, Site
+from normfuse.rewrite import Context, FusedNode, Site, node_label
 from normfuse.targets import Target
 
 KIND = "skip-norm"
@@ -128,7 +128,7 @@ def _site(match: Match, norm: gs.Node, context: Context) -> Site:
     epsilon = float(norm.attrs.get("epsilon", 1e-5))
     op = SKIP_OPS[norm.op]
     fused = FusedNode(op, MS_DOMAIN, {"epsilon": epsilon}, inputs, extra_outputs=extra)
-    removed = tuple(node.name for node in match.nodes)
+    removed = tuple(node_label(node) for node in match.nodes)
     return Site(
         KIND,
         op,

@@ -1,8 +1,14 @@
-"""Test setup: the repository root on sys.path so tests can import the builders in `models/`."""
+"""Test setup: the repository root on sys.path so tests can import the builders in `models/`, and
+hypothesis made deterministic (derandomized, no example database) so CI cannot fail at random."""
 
 import sys
 from pathlib import Path
 
+from hypothesis import settings
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+settings.register_profile("normfuse", derandomize=True, database=None)
+settings.load_profile("normfuse")

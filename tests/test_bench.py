@@ -46,7 +46,8 @@ def test_bench_times_models_side_by_side_and_counts_ort_fusions() -> None:
     for timing in report.timings:
         assert timing.samples.shape == (10,) and np.all(timing.samples > 0)
         stats = timing.stats_ms()
-        assert stats["min"] <= stats["median"] <= stats["p90"] <= stats["p99"]
+        assert stats["min"] <= stats["median"] <= stats["p90"]
+        assert stats["p99"] is None  # 10 runs cannot support a 99th percentile
     assert report.timings[0].norm_ops_after_ort == {}
     assert report.timings[1].norm_ops_after_ort == {"SimplifiedLayerNormalization": 2}
     assert report.timings[0].ratio == 1.0
@@ -169,3 +170,75 @@ def test_cuda_runner_binds_inputs_and_outputs_on_the_device(monkeypatch) -> None
     runner()
     runner()
     assert calls[2:] == [("run",), ("sync",), ("run",), ("sync",)]
+
+
+def scripted_timing(name: str, seconds: float, runs: int, ratio: float = 1.0) -> bench.Timing:
+    samples = np.full(runs, seconds)
+    return bench.Timing(name, "cpu", "all", samples, 0.05, {}, ratio, (ratio - 0.01, ratio + 0.01))
+
+
+def test_table_keeps_names_distinct_and_times_in_units() -> None:
+    """Two LLaMA files that share their first 27 characters, at 0.2 ms and 28.7 ms."""
+    timings = [
+        scripted_timing("models/real/llama_opset17_torchscript_float16.onnx", 2e-4, 50),
+        scripted_timing("models/real/llama_opset17_torchscript_float32.onnx", 28.68e-3, 50, 0.9),
+    ]
+    table = bench.BenchReport(timings, "1").table()
+    assert "models in models/real" in table
+    assert "llama_opset17_torchscript_float16.onnx" in table
+    assert "llama_opset17_torchscript_float32.onnx" in table
+    assert "200.0 us" in table and "28.68 ms" in table and "50.00 ms" in table  # session time
+    assert "0.200m" not in table
+    header = table.splitlines()[2].split()
+    assert "p90" in header and "p99" not in header
+    assert "p99 not shown: 50 runs are too few" in table
+    assert "0.900 [0.890, 0.910] faster" in table
+
+
+def test_same_model_twice_is_numbered_and_names_repeat_per_level() -> None:
+    names, folder = bench.display_names(["a/m.onnx", "a/m.onnx"])
+    assert names == ["m.onnx", "m.onnx (2)"] and folder == "a"
+    assert bench.display_names(["original", "normfuse"]) == (["original", "normfuse"], "")
+    assert bench.display_names(["x/m.onnx", "y/m.onnx"])[0] == ["x/m.onnx", "y/m.onnx"]
+
+
+def test_p99_is_kept_with_enough_runs() -> None:
+    stats = scripted_timing("m", 1e-3, 100).stats_ms()
+    assert stats["p99"] == pytest.approx(1.0)
+    assert "p99" in bench.BenchReport([scripted_timing("m", 1e-3, 100)], "1").table()
+
+
+def test_format_seconds_picks_the_unit() -> None:
+    assert [bench.format_seconds(s) for s in (8.5e-7, 2e-4, 5.308e-3, 28.682e-3, 1.5)] == [
+        "850.0 ns",
+        "200.0 us",
+        "5.308 ms",
+        "28.68 ms",
+        "1.500 s",
+    ]
+
+
+def test_progress_counts_measured_runs_with_elapsed_time_and_estimate(capsys) -> None:
+    model = bench.BenchModel("m", norm_model(LayerNormSpec()))
+    options = bench.BenchOptions(warmup=3, runs=10, threads=1, progress=True)
+    bench.run([model], options)
+    err = capsys.readouterr().err
+    assert "cpu/all: run 10/10, " in err and " elapsed, about " in err and " left" in err
+    assert "13/13" not in err and "run 13" not in err
+    assert bench.progress_text("cpu/all", 50, 200, 1.0) == (
+        "cpu/all: run 50/200, 1.000 s elapsed, about 3.000 s left"
+    )
+    assert bench.progress_text("cpu/all", 0, 200, 0.0, (3, 20)) == "cpu/all: warm-up 3/20"
+
+
+def test_plot_draws_one_png(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    model = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), model)
+    fused = tmp_path / "fused.onnx"
+    assert main(["optimize", str(model), "-o", str(fused)]) == 0
+    plot = tmp_path / "p.png"
+    args = ["bench", str(model), str(fused), "--runs", "5", "--warmup", "1", "--threads", "1"]
+    assert main([*args, "--level", "disable", "--level", "all", "--plot", str(plot)]) == 0
+    data = plot.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) < 200_000

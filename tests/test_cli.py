@@ -221,7 +221,13 @@ def test_malformed_graph_is_one_line_and_exit_2(case: str, message: str, tmp_pat
     assert not (tmp_path / "o.onnx").exists()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_corrupted_models_never_raise_unexpected_errors(data, tmp_path_factory) -> None:
     """Random byte corruption of a valid model: exit 0, 1 or 2, never a traceback."""
@@ -235,8 +241,179 @@ def test_corrupted_models_never_raise_unexpected_errors(data, tmp_path_factory) 
     assert main(["optimize", str(path), "-o", str(folder / "out.onnx")]) in (0, 2)
 
 
+@pytest.mark.parametrize("corruption", ["float_axes", "string_axes_input"])
+def test_malformed_reduce_axes_are_not_fused_and_do_not_raise(corruption: str) -> None:
+    """Found by the corruption test: a ReduceMean whose `axes` is not a list of ints."""
+    import normfuse
+
+    model = norm_model(LayerNormSpec())
+    reduce = next(node for node in model.graph.node if node.op_type == "ReduceMean")
+    if corruption == "float_axes":
+        axes = next(a for a in reduce.attribute if a.name == "axes")
+        axes.type, axes.f = onnx.AttributeProto.FLOAT, 1.0
+        del axes.ints[:]
+    else:
+        del reduce.attribute[:]
+        axes = onnx.helper.make_tensor("ax", onnx.TensorProto.STRING, [1], [b"x"])
+        model.graph.initializer.append(axes)
+        reduce.input.append("ax")
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert op_counts(result.model)["LayerNormalization"] == 0
+
+
 def test_inspect_lists_each_site_with_its_nodes(capsys) -> None:
     assert main(["inspect", str(BERT)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("site ")]
     assert len(lines) == 5
     assert all("LayerNormalization" in line and "ReduceMean" in line for line in lines)
+
+
+def test_unnamed_nodes_are_labelled_in_the_report(tmp_path: Path, capsys) -> None:
+    model = norm_model(LayerNormSpec())
+    for node in model.graph.node:
+        node.name = ""
+    path = write(model, tmp_path / "m.onnx")
+    report = tmp_path / "r.json"
+    assert (
+        main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--report", str(report)]) == 0
+    )
+    removed = json.loads(report.read_text())["sites"][0]["removed_nodes"]
+    assert removed and all(removed) and all("->" in label for label in removed)
+    assert main(["inspect", str(path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("site "))
+    assert ", ," not in line and "ReduceMean->" in line
+
+
+@pytest.mark.parametrize("command", ["optimize", "inspect", "validate", "bench", "tune"])
+def test_help_has_exit_codes_and_examples(command: str, capsys) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main([command, "--help"])
+    assert raised.value.code == 0
+    text = capsys.readouterr().out
+    assert "exit codes: 0 success; 1 a check failed" in text
+    assert f"examples:\n  normfuse {command} " in text
+    assert "--report FILE" in text
+
+
+def test_help_marks_required_output_bench_options_and_positionals(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    text = capsys.readouterr().out
+    assert "(-o OUT | --in-place)" in text  # required: not shown as [-o OUT]
+    assert "timing (need --bench;" in text
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    text = capsys.readouterr().out
+    assert "the reference model" in text and "the model to check against it" in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "exit codes:" in text and "examples:" in text and "inspect --json" in text
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("valdate", "validate"),
+        ("--valdate", "validate"),
+        ("--inspect", "inspect"),
+        ("optimise", "optimize"),
+    ],
+)
+def test_mistyped_command_suggests_the_right_one(typed: str, meant: str, capsys) -> None:
+    assert main([typed, str(BERT)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"normfuse: error: unknown command '{typed}'; did you mean '{meant}'?")
+
+
+def test_output_to_stdout_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["optimize", str(BERT), "-o", "-"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not written to stdout" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_to_stdout_is_json_alone(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "fused.onnx"
+    assert main(["optimize", str(BERT), "-o", str(out), "--report", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["counts"]["layer-norm"] == 5
+    assert captured.err == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx"]
+    assert main(["validate", str(BERT), str(out), "--dims", "sequence=8", "--report", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] is True
+    assert main(["inspect", str(BERT), "--report", "-"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["sites"]) == 5
+
+
+def test_timing_options_without_bench_are_refused(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(BERT), "-o", str(out), "--runs", "5", "--plot", "p.png"]) == 2
+    assert "--runs, --plot: timing options need --bench" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def zoo_folder(tmp_path: Path, broken: bool = False) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("gpt2_opset16.onnx", "bert_opset14.onnx"):
+        (folder / name).write_bytes((BERT.parent / name).read_bytes())
+    (folder / "notes.txt").write_text("not a model")
+    if broken:
+        (folder / "broken.onnx").write_bytes(b"not onnx")
+    return folder
+
+
+def test_batch_optimizes_a_folder_into_a_folder(tmp_path: Path, capsys) -> None:
+    folder, out = zoo_folder(tmp_path), tmp_path / "out"
+    out.mkdir()
+    report = tmp_path / "all.json"
+    assert main(["optimize", str(folder), "-o", str(out), "--report", str(report)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bert_opset14.onnx", "gpt2_opset16.onnx"]
+    printed = capsys.readouterr().out
+    rows = [line for line in printed.splitlines() if line.startswith(str(folder))]
+    assert len(rows) == 2 and all(" ok " in row and "layer-norm 5" in row for row in rows)
+    assert "2 model(s): 2 ok" in printed
+    data = json.loads(report.read_text())
+    assert data["status"] == 0
+    assert [Path(item["model"]).name for item in data["models"]] == [
+        "bert_opset14.onnx",
+        "gpt2_opset16.onnx",
+    ]
+    assert all(item["report"]["counts"]["layer-norm"] == 5 for item in data["models"])
+
+
+def test_batch_goes_on_after_a_bad_model_and_exits_with_the_worst(tmp_path: Path, capsys) -> None:
+    folder, out = zoo_folder(tmp_path, broken=True), tmp_path / "out"
+    out.mkdir()
+    models = [str(folder / "gpt2_opset16.onnx"), str(folder / "broken.onnx")]
+    assert main(["optimize", *models, "-o", str(out), "--report", "-"]) == 2
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert [item["status"] for item in data["models"]] == [0, 2] and data["status"] == 2
+    assert "not an ONNX model" in data["models"][1]["error"]
+    assert captured.err == ""
+    assert sorted(p.name for p in out.iterdir()) == ["gpt2_opset16.onnx"]
+
+
+def test_batch_refuses_colliding_names_and_a_missing_folder(tmp_path: Path, capsys) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "bert_opset14.onnx").write_bytes(BERT.read_bytes())
+    out = tmp_path / "out"
+    assert main(["optimize", str(BERT), str(other / "bert_opset14.onnx"), "-o", str(out)]) == 2
+    assert "existing output folder" in capsys.readouterr().err
+    out.mkdir()
+    assert main(["optimize", str(BERT), str(other / "bert_opset14.onnx"), "-o", str(out)]) == 2
+    assert "same name" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+    dims = ["--dims", "sequence=16,btach=2"]
+    assert (
+        main(["optimize", str(BERT), str(BERT.parent / "vit_opset16.onnx"), "-o", str(out), *dims])
+        == 2
+    )
+    assert "btach" in capsys.readouterr().err

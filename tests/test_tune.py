@@ -125,3 +125,65 @@ def test_optimize_tune_for_prints_a_session_hint(tmp_path: Path, monkeypatch, ca
     assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--tune-for", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "hint: on cpu, ORT session settings 'all -SkipLayerNormFusion'" in out
+
+
+def test_within_one_percent_of_the_default_is_not_a_recommendation(monkeypatch) -> None:
+    """The README reads ratios within 1% as equal: an interval reaching above 0.99 is no win,
+    even when it lies below 1 (what the old rule recommended)."""
+    report = run_tune(monkeypatch, [1.0, 1.0, 1.0, 0.989])
+    result = report.results[0]
+    low, high = result.timings[3].ratio_interval
+    assert 0.99 < high < 1.0, (low, high)  # below 1 beyond noise, but not beyond 1%
+    assert not result.beats_default and result.best == CONFIGS[0]
+    assert "by more than 1%" in report.text("model.onnx")
+
+
+def test_default_tune_invocation_works_and_changes_no_process_state(tmp_path: Path, capsys) -> None:
+    """`normfuse tune MODEL` with ORT's default threads (no --threads), then --threads 2; a plain
+    session still works afterwards (ORT's global thread pool, once set up, would refuse it)."""
+    path = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec(), layers=2), path)
+    assert main(["tune", str(path), "--runs", "5", "--warmup", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "intra-op threads: ORT default (one per physical core) per session, spinning off" in out
+    assert main(["tune", str(path), "--runs", "5", "--warmup", "1", "--threads", "2"]) == 0
+    assert "intra-op threads: 2 per session" in capsys.readouterr().out
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert session.get_providers() == ["CPUExecutionProvider"]
+
+
+BERT = Path(__file__).resolve().parent.parent / "models" / "real" / "bert_opset14.onnx"
+
+
+def test_optimize_tune_for_default_threads_times_at_the_users_dims(tmp_path: Path) -> None:
+    out, report = tmp_path / "bert.onnx", tmp_path / "report.json"
+    args = ["optimize", str(BERT), "-o", str(out), "--tune-for", "cpu", "--dims", "sequence=16"]
+    assert main([*args, "--runs", "5", "--warmup", "1", "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert {tuple(record["shape"]) for record in data["tuning"]} == {(1, 16, 64)}
+    assert out.exists()
+
+
+def test_optimize_tune_for_fails_before_writing_the_output(tmp_path: Path, monkeypatch, capsys):
+    import normfuse.cli
+    from normfuse.errors import NormfuseError
+
+    def failing_tune(model, options):
+        raise NormfuseError("ONNX Runtime cannot load the model: scripted failure")
+
+    monkeypatch.setattr(normfuse.cli, "tune", failing_tune)
+    path = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), path)
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(path), "-o", str(out), "--tune-for", "cpu"]) == 2
+    assert "scripted failure" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_tune_table_names_each_row_by_its_own_configuration(monkeypatch) -> None:
+    text = run_tune(monkeypatch, [1.0, 1.0, 1.1, 0.6]).text("model.onnx")
+    rows = {line.split("  ")[0].strip(): line for line in text.splitlines()[1:6]}
+    assert rows["all"].split()[2] == "all"
+    assert rows["extended"].split()[2] == "extended"
+    assert rows["basic"].split()[2] == "basic"
+    assert rows["all -SkipLayerNormFusion"].split()[3] == "all"

@@ -164,6 +164,52 @@ def test_inputs_from_signature_dims_and_tables() -> None:
         make_inputs(model, {}, seed=3)
 
 
+@pytest.mark.parametrize(
+    ("name", "dims", "batch"),
+    [
+        ("llama_opset17", {"batch": 2, "sequence": 16}, 2),
+        ("llama_opset18_dynamo_float32", {}, 1),  # static [1, 16]
+        ("gpt2_opset16", {"batch": 2, "sequence": 16}, 2),
+    ],
+)
+def test_position_ids_count_along_the_sequence_and_masks_are_ones(name, dims, batch) -> None:
+    model = onnx.load(MODELS_DIR / f"real/{name}.onnx")
+    feeds, notes = make_inputs(model, dims, seed=0)
+    assert np.array_equal(feeds["position_ids"], np.tile(np.arange(16), (batch, 1)))
+    assert np.all(feeds["attention_mask"] == 1)
+    assert not any("filled with zeros" in note for note in notes)
+
+
+def test_unknown_dims_name_is_an_error_naming_the_known_ones() -> None:
+    model = onnx.load(MODELS_DIR / "real/bert_opset14.onnx")
+    with pytest.raises(normfuse.NormfuseError) as raised:
+        make_inputs(model, {"btach": 4, "sequence": 16})
+    assert str(raised.value) == (
+        "--dims btach: no input has such a dimension; the model's symbolic dims are: "
+        "batch, sequence"
+    )
+
+
+def test_unknown_dims_name_is_exit_2_on_one_line(tmp_path: Path, capsys) -> None:
+    path = MODELS_DIR / "real/bert_opset14.onnx"
+    for command in (["validate", str(path), str(path)], ["bench", str(path), "--runs", "2"]):
+        assert main([*command, "--dims", "btach=4,sequence=16"]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "btach" in err and "batch, sequence" in err
+
+
+def test_missing_float64_reference_note_is_whole_words() -> None:
+    from normfuse.validate import _float64_reference
+
+    model = onnx.load(MODELS_DIR / "real/bert_opset14.onnx")  # Erf has no float64 kernel in ORT
+    feeds, _ = make_inputs(model, {"sequence": 4})
+    reference, note = _float64_reference(model, feeds)
+    assert reference is None
+    assert note.startswith("no float64 reference (ONNX Runtime cannot run it in float64): ")
+    assert note.endswith("intermediate_act_fn/Erf'"), note
+    assert "[ONNXRuntimeError]" not in note
+
+
 def test_parse_dims_forms_and_errors() -> None:
     assert parse_dims(["batch=1", "sequence=128,past=0"]) == {
         "batch": 1,

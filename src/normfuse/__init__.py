@@ -64,6 +64,7 @@ def optimize(
     base_dir: str | os.PathLike | None = None,
     validation: ValidationOptions | None = None,
     tune_for: str | None = None,
+    dims: dict[str, int] | None = None,
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
@@ -74,14 +75,16 @@ def optimize(
     `failed-validation`), and the whole model is compared with the original; the outcome is
     `report.validation`. With `tune_for` ("cpu" or "cuda"), residual fusion is added and each
     site's form (Skip* or not, fused or decomposed) is chosen by timing it on that provider
-    (`report.tuning`). The input is never modified.
+    (`report.tuning`), at the shapes the model has with the symbolic dimension sizes `dims`
+    (batch-like dims default to 1; any other unknown one is an error). The input is never
+    modified.
     """
     loaded = _load(model, base_dir)
     with guard_rewrite():
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
-        chooser = FormChooser(parse_providers(tune_for)[0])
+        chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}))
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
     def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
@@ -91,7 +94,7 @@ def optimize(
     result = rewrite_excluding(excluded)
     if chooser is not None:
         slower = chooser.slower_fusions(
-            view.model, result.model, result.report.sites, loaded.base_dir, view.types
+            view.model, result.model, result.report.sites, loaded.base_dir
         )
         if slower:
             excluded |= slower

@@ -3,11 +3,12 @@
 Sessions are created once per model, provider and level (creation is timed too). After a warm-up,
 models are timed in interleaved rounds (A B C, B C A, C A B, ...: each model takes each position
 equally often) so that drift on a shared machine hits them alike. Each model's median is compared
-with the first model's, with a bootstrap confidence interval over rounds. On CUDA, inputs and
-outputs stay on the device through I/O binding. With more than one intra-op thread, sessions share
-ONNX Runtime's global thread pool (idle per-session pools spin and inflate the others' timings); if
-the pool cannot be set up any more in this process, spinning is turned off instead and the report
-says so.
+with the first model's, with a bootstrap confidence interval over rounds; ratios within 1% of 1
+read as equal. On CUDA, inputs and outputs stay on the device through I/O binding. Each session has
+its own intra-op thread pool (ONNX Runtime's process-wide global pool is never set up: once it is,
+every later session in the process must use it, a caller's own included); with more than one
+thread, spinning is turned off so that an idle session's pool does not steal the CPU from the one
+being timed, and the report says so.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ NORM_OPS = (
     "GroupNorm",
 )
 BOOTSTRAP_RESAMPLES = 2000
+# Two identical models timed side by side differ by up to about 1%: read ratios within it as equal.
+EQUAL_WITHIN = 0.01
+# Fewest runs for a percentile to rest on at least ten samples beyond it (p90) or one (p99).
+PERCENTILE_MIN_RUNS = {"p90": 10, "p99": 100}
 
 
 @dataclass(frozen=True)
@@ -82,18 +87,27 @@ class Timing:
     norm_ops_after_ort: dict[str, int]
     ratio: float = 1.0
     ratio_interval: tuple[float, float] = (1.0, 1.0)
+    reference: bool = False  # the first model of its run: the others' ratios are to it
 
-    def stats_ms(self) -> dict[str, float]:
-        """Median, p90, p99, mean, min and standard deviation in milliseconds."""
+    def stats_ms(self) -> dict[str, float | None]:
+        """Median, p90, p99, mean, min and standard deviation in milliseconds; a percentile is None
+        when there are too few runs to support it (`PERCENTILE_MIN_RUNS`)."""
         ms = self.samples * 1e3
+        percentiles = {
+            name: float(np.percentile(ms, int(name[1:]))) if ms.size >= least else None
+            for name, least in PERCENTILE_MIN_RUNS.items()
+        }
         return {
             "median": float(np.median(ms)),
-            "p90": float(np.percentile(ms, 90)),
-            "p99": float(np.percentile(ms, 99)),
+            **percentiles,
             "mean": float(ms.mean()),
             "min": float(ms.min()),
             "std": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
         }
+
+    def verdict(self) -> str:
+        """`faster` / `slower` when the ratio's whole interval lies beyond 1% of 1, else ``."""
+        return verdict(self.ratio_interval)
 
     def as_dict(self) -> dict:
         """The JSON form (latencies in milliseconds)."""
@@ -127,25 +141,113 @@ class BenchReport:
         }
 
     def table(self) -> str:
-        """One row per model, provider and level."""
-        lines = [
-            f"intra-op threads: {self.threads}",
-            f"{'model':<28}{'prov':<6}{'level':<9}{'median':>9}{'p90':>9}{'p99':>9}{'min':>9}"
-            f"{'std':>8}{'session':>9}  {'ratio [95% CI]':<32}norm ops after ORT",
-        ]
-        for t in self.timings:
-            s = t.stats_ms()
+        """One row per model, provider and level: distinct names, times with their units, and only
+        the percentiles the number of runs supports."""
+        names, folder = display_names([t.model for t in self.timings], run_keys(self.timings))
+        runs = min((t.samples.size for t in self.timings), default=0)
+        shown = [name for name, least in PERCENTILE_MIN_RUNS.items() if runs >= least]
+        columns = ["median", *shown, "min", "std"]
+        rows = []
+        for name, t in zip(names, self.timings, strict=True):
+            stats = t.stats_ms()
             low, high = t.ratio_interval
-            verdict = "" if low <= 1.0 <= high else (" faster" if high < 1.0 else " slower")
+            mark = f" {t.verdict()}" if t.verdict() else ""
             ops = ", ".join(f"{op} {n}" for op, n in t.norm_ops_after_ort.items()) or "none"
-            lines.append(
-                f"{t.model[:27]:<28}{t.provider:<6}{t.level:<9}{s['median']:>8.3f}m{s['p90']:>8.3f}m"
-                f"{s['p99']:>8.3f}m{s['min']:>8.3f}m{s['std']:>7.3f}m{t.session_seconds:>8.2f}s  "
-                f"{f'{t.ratio:.3f} [{low:.3f}, {high:.3f}]{verdict}':<32}{ops}"
+            rows.append(
+                [
+                    name,
+                    t.provider,
+                    t.level,
+                    *(format_seconds(stats[column] / 1e3) for column in columns),
+                    format_seconds(t.session_seconds),
+                    f"{t.ratio:.3f} [{low:.3f}, {high:.3f}]{mark}",
+                    ops,
+                ]
             )
-        lines.append("ratio: median / first model's median; an interval containing 1 is noise")
+        header = [
+            "model",
+            "prov",
+            "level",
+            *columns,
+            "session",
+            "ratio [95% CI]",
+            "norm ops after ORT",
+        ]
+        right = set(range(3, 4 + len(columns)))
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+        def line(cells: list[str]) -> str:
+            padded = [
+                cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                for i, cell in enumerate(cells)
+            ]
+            return "  ".join(padded).rstrip()
+
+        lines = [f"intra-op threads: {self.threads}"]
+        if folder:
+            lines.append(f"models in {folder}")
+        lines += [line(header), *(line(row) for row in rows)]
+        lines.append(
+            "ratio: median / first model's median; an interval containing 1 is noise, and ratios "
+            f"within {EQUAL_WITHIN:.0%} of 1 read as equal"
+        )
+        hidden = [name for name in PERCENTILE_MIN_RUNS if name not in shown]
+        if hidden:
+            lines.append(
+                f"{', '.join(hidden)} not shown: {runs} runs are too few "
+                f"(p90 needs {PERCENTILE_MIN_RUNS['p90']}, p99 {PERCENTILE_MIN_RUNS['p99']})"
+            )
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+def verdict(interval: tuple[float, float]) -> str:
+    """`faster` when the whole interval lies below 1 - EQUAL_WITHIN, `slower` when above
+    1 + EQUAL_WITHIN, else `` (equal, or noise)."""
+    low, high = interval
+    if high < 1.0 - EQUAL_WITHIN:
+        return "faster"
+    if low > 1.0 + EQUAL_WITHIN:
+        return "slower"
+    return ""
+
+
+def format_seconds(seconds: float) -> str:
+    """`850 ns`, `12.3 us`, `4.56 ms`, `1.23 s`: three or four significant digits and a unit."""
+    scales = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+    unit, scale = next(((u, f) for u, f in scales if abs(seconds) >= f), scales[-1])
+    value = seconds / scale
+    digits = 1 if value >= 100 else 2 if value >= 10 else 3
+    return f"{value:.{digits}f} {unit}"
+
+
+def run_keys(timings: list[Timing]) -> list[int]:
+    """For each timing, the number of the side-by-side run it belongs to (a run starts at its
+    reference, the first model)."""
+    keys, current = [], -1
+    for timing in timings:
+        current += timing.reference or current < 0
+        keys.append(current)
+    return keys
+
+
+def display_names(names: list[str], runs: list | None = None) -> tuple[list[str], str]:
+    """Names that tell the models apart: the folder they all share is dropped (and returned), and
+    a name given more than once within one run (`runs`: a key per name) is numbered (`m.onnx`,
+    `m.onnx (2)`)."""
+    paths = [Path(name) for name in names]
+    folder = ""
+    parents = {str(path.parent) for path in paths}
+    if len(parents) == 1 and parents != {"."} and all(path.suffix == ".onnx" for path in paths):
+        folder = parents.pop()
+        names = [path.name for path in paths]
+    seen: Counter[tuple] = Counter()
+    shown = []
+    for name, run_key in zip(names, runs or [0] * len(names), strict=True):
+        seen[(run_key, name)] += 1
+        count = seen[(run_key, name)]
+        shown.append(name if count == 1 else f"{name} ({count})")
+    return shown, folder
 
 
 def run(
@@ -174,32 +276,29 @@ def run_with_feeds(
     timings = []
     for provider in options.providers:
         for level in options.levels:
-            timings.extend(
-                _time_group(models, provider, level, feeds, options, threading.global_pool)
-            )
+            timings.extend(_time_group(models, provider, level, feeds, options))
     return BenchReport(timings, threading.label, notes)
 
 
 @dataclass(frozen=True)
 class Threading:
-    """Whether sessions share ORT's global thread pool, a label for reports, and notes."""
+    """How sessions are threaded, as a label for reports, and notes."""
 
-    global_pool: bool
     label: str
     notes: tuple[str, ...] = ()
 
 
 def configure_threads(threads: int | None) -> Threading:
-    """Share ORT's global pool when sessions may use several threads; it can only be set up
-    before this process creates its first session (else: per-session pools without spinning)."""
+    """Per-session intra-op pools of `threads` (None: ORT's default, one per physical core); with
+    more than one thread, spinning is off (see the module's docstring). Changes no process state."""
     if threads == 1:
-        return Threading(False, "1")
-    try:
-        ort.capi._pybind_state.set_global_thread_pool_sizes(threads or 0, 1)
-    except Exception:  # the ORT environment already exists in this process
-        note = "per-session thread pools with spinning disabled (global pool unavailable)"
-        return Threading(False, f"{threads or 'ORT default'} per session, no spinning", (note,))
-    return Threading(True, f"{threads or 'ORT default (one per physical core)'}, global pool")
+        return Threading("1")
+    count = threads or "ORT default (one per physical core)"
+    note = (
+        "thread pools do not spin between runs (an idle session's spinning pool would slow the "
+        "one being timed); a lone session with spinning can be faster"
+    )
+    return Threading(f"{count} per session, spinning off", (note,))
 
 
 def _session(
@@ -207,17 +306,14 @@ def _session(
     provider: str,
     level: str,
     options: BenchOptions,
-    global_pool: bool,
     save_to: Path | None = None,
 ) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = sessions.LEVELS[model.level or level]
     so.log_severity_level = 4  # errors come back as exceptions; none printed
-    if global_pool:
-        so.use_per_session_threads = False
-    else:
-        if options.threads:
-            so.intra_op_num_threads = options.threads
+    if options.threads:
+        so.intra_op_num_threads = options.threads
+    if options.threads != 1:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if model.base_dir is not None:
         so.add_session_config_entry(sessions.EXTERNAL_FOLDER_KEY, str(model.base_dir))
@@ -231,24 +327,19 @@ def _session(
 
 
 def _time_group(
-    models: list[BenchModel],
-    provider: str,
-    level: str,
-    feeds: dict,
-    options: BenchOptions,
-    global_pool: bool,
+    models: list[BenchModel], provider: str, level: str, feeds: dict, options: BenchOptions
 ) -> list[Timing]:
     runners, created, ort_ops = [], [], []
     for model in models:
         start = time.perf_counter()
-        session = _session(model, provider, level, options, global_pool)
+        session = _session(model, provider, level, options)
         created.append(time.perf_counter() - start)
         runners.append(_runner(session, provider, feeds))
-        ort_ops.append(norm_ops_after_ort(model, provider, level, options, global_pool))
+        ort_ops.append(norm_ops_after_ort(model, provider, level, options))
     samples = np.zeros((len(models), options.runs))
-    total = options.warmup + options.runs
     count = len(runners)
-    for round_index in range(total):
+    progress = Progress(f"{provider}/{level}", options.warmup, options.runs, options.progress)
+    for round_index in range(options.warmup + options.runs):
         # Rotate the order each round so that no model always runs first (a position bias of
         # about 2% was measured here with a fixed order).
         for position in range(count):
@@ -258,10 +349,8 @@ def _time_group(
             elapsed = options.clock() - start
             if round_index >= options.warmup:
                 samples[index, round_index - options.warmup] = elapsed
-        if options.progress and round_index % 10 == 0:
-            print(f"\r{provider}/{level}: round {round_index + 1}/{total}", end="", file=sys.stderr)
-    if options.progress:
-        print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
+        progress.update(round_index + 1)
+    progress.close()
     timings = []
     for index, model in enumerate(models):
         ratio, interval = ratio_with_interval(samples[0], samples[index], options.seed)
@@ -275,9 +364,55 @@ def _time_group(
                 ort_ops[index],
                 ratio,
                 interval,
+                reference=index == 0,
             )
         )
     return timings
+
+
+class Progress:
+    """One stderr line, rewritten in place: warm-up rounds, then measured rounds with the time
+    elapsed since measuring began and an estimate of the time left."""
+
+    def __init__(self, label: str, warmup: int, runs: int, enabled: bool) -> None:
+        self.label, self.warmup, self.runs, self.enabled = label, warmup, runs, enabled
+        self.started: float | None = None
+        self.shown = 0.0
+        self.width = 0
+
+    def update(self, rounds_done: int) -> None:
+        """Called after each round (warm-up rounds first)."""
+        now = time.monotonic()
+        if rounds_done == self.warmup:
+            self.started = now
+        if not self.enabled or (now - self.shown < 0.2 and rounds_done < self.warmup + self.runs):
+            return
+        self.shown = now
+        if rounds_done <= self.warmup:
+            text = progress_text(self.label, 0, self.runs, 0.0, (rounds_done, self.warmup))
+        else:
+            elapsed = now - (self.started if self.started is not None else now)
+            text = progress_text(self.label, rounds_done - self.warmup, self.runs, elapsed)
+        self.width = max(self.width, len(text))
+        print("\r" + text.ljust(self.width), end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Erase the line."""
+        if self.enabled and self.width:
+            print("\r" + " " * self.width + "\r", end="", file=sys.stderr, flush=True)
+
+
+def progress_text(
+    label: str, done: int, runs: int, elapsed: float, warmup: tuple[int, int] | None = None
+) -> str:
+    """`cpu/all: warm-up 3/20` or `cpu/all: run 50/200, 1.2 s elapsed, about 3.6 s left`."""
+    if warmup is not None:
+        return f"{label}: warm-up {warmup[0]}/{warmup[1]}"
+    left = elapsed / done * (runs - done) if done else 0.0
+    return (
+        f"{label}: run {done}/{runs}, {format_seconds(elapsed)} elapsed, "
+        f"about {format_seconds(left)} left"
+    )
 
 
 def _runner(session: ort.InferenceSession, provider: str, feeds: dict):
@@ -311,13 +446,11 @@ def ratio_with_interval(
     return ratio, (float(low), float(high))
 
 
-def norm_ops_after_ort(
-    model: BenchModel, provider: str, level: str, options: BenchOptions, global_pool: bool
-) -> dict:
+def norm_ops_after_ort(model: BenchModel, provider: str, level: str, options: BenchOptions) -> dict:
     """Normalisation ops in the graph ORT's session optimiser saves at `level` (what ORT fused)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "optimized.onnx"
-        save_optimized(model, provider, options, path, level, global_pool)
+        save_optimized(model, provider, options, path, level)
         saved = onnx.load(path, load_external_data=False)
     counts = Counter(node.op_type for node in saved.graph.node if node.op_type in NORM_OPS)
     return dict(sorted(counts.items()))
@@ -329,7 +462,6 @@ def save_optimized(
     options: BenchOptions,
     path: Path,
     level: str = "all",
-    global_pool: bool = False,
 ) -> None:
     """Let ORT optimise `model` as a session would and save the resulting graph to `path`."""
-    _session(model, provider, level, options, global_pool, save_to=path)
+    _session(model, provider, level, options, save_to=path)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import json
 import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import onnxruntime as ort
@@ -21,25 +23,48 @@ from onnx_graphsurgeon.logger.logger import G_LOGGER
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
-from normfuse import outputs
+from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
 from normfuse.errors import NormfuseError, debugging
-from normfuse.inputs import parse_dims
+from normfuse.inputs import graph_inputs, parse_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
-from normfuse.outputs import OutputPlan
-from normfuse.plot import plot_latencies, require_matplotlib
+from normfuse.outputs import STDOUT, OutputPlan
+from normfuse.plot import plot_ratios, require_matplotlib
 from normfuse.sessions import parse_providers
 from normfuse.tune import tune
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
+COMMANDS = ("optimize", "inspect", "validate", "bench", "tune")
 _ORT_ERRORS = tuple(
     getattr(ort_state, name)
     for name in ("Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "EPFail")
     if hasattr(ort_state, name)
 )
+EXIT_CODES = (
+    "exit codes: 0 success; 1 a check failed (numerics differ, inspect --check found unfused "
+    "sites; for several models, the worst status of any); 2 bad usage or an input that cannot be "
+    "used (one line on stderr, no output left behind)"
+)
+JSON_NOTE = (
+    "JSON: --report FILE writes the command's JSON record to FILE, or to stdout with "
+    "--report - (then nothing else is printed); inspect --json is the same as --report -."
+)
+EXAMPLES = {
+    "optimize": [
+        "normfuse optimize model.onnx -o fused.onnx --validate --dims sequence=128",
+        "normfuse optimize a.onnx b.onnx -o fused/ --report -    # several models",
+        "normfuse optimize models/ -o fused/                     # every *.onnx in models/",
+        "normfuse optimize model.onnx -o fused.onnx --tune-for cpu --dims sequence=128",
+    ],
+    "inspect": ["normfuse inspect model.onnx", "normfuse inspect fused.onnx --check"],
+    "validate": ["normfuse validate model.onnx fused.onnx --dims sequence=128"],
+    "bench": ["normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png"],
+    "tune": ["normfuse tune fused.onnx --dims sequence=128"],
+}
+TIMING_OPTIONS = ("warmup", "runs", "threads", "level", "plot", "quiet")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,23 +75,62 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _epilog(*commands: str) -> str:
+    lines = [textwrap.fill(EXIT_CODES, 88), "", "examples:"]
+    lines += [f"  {line}" for command in commands for line in EXAMPLES[command]]
+    return "\n".join([*lines, "", textwrap.fill(JSON_NOTE, 88)])
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
-    parser = _Parser(prog="normfuse", description=normfuse.__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="normfuse",
+        description=normfuse.__doc__.splitlines()[0],
+        epilog=_epilog(*COMMANDS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"normfuse {normfuse.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    _add_optimize(commands.add_parser("optimize", help="fuse norm subgraphs, write a new model"))
-    _add_inspect(commands.add_parser("inspect", help="list fusable sites and near-misses"))
-    _add_validate(commands.add_parser("validate", help="compare a candidate with the original"))
-    _add_bench(commands.add_parser("bench", help="batch-one latency of models, side by side"))
-    _add_tune(commands.add_parser("tune", help="fastest ORT session settings, by measurement"))
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    helps = {
+        "optimize": "fuse norm subgraphs, write new model(s)",
+        "inspect": "list fusable sites and near-misses",
+        "validate": "compare a candidate with the original",
+        "bench": "batch-one latency of models, side by side",
+        "tune": "fastest ORT session settings, by measurement",
+    }
+    adders = {
+        "optimize": _add_optimize,
+        "inspect": _add_inspect,
+        "validate": _add_validate,
+        "bench": _add_bench,
+        "tune": _add_tune,
+    }
+    for name in COMMANDS:
+        adders[name](
+            commands.add_parser(
+                name,
+                help=helps[name],
+                description=helps[name],
+                epilog=_epilog(name),
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
     return parser
 
 
-def _add_model_options(sub: argparse.ArgumentParser) -> None:
+def _add_model_options(sub: argparse.ArgumentParser, several: bool = False) -> None:
     from normfuse.passes import DEFAULT_PASS_NAMES, PASS_NAMES
 
-    sub.add_argument("model", type=Path, help="the ONNX model to read")
+    if several:
+        sub.add_argument(
+            "models",
+            type=Path,
+            nargs="+",
+            metavar="MODEL",
+            help="ONNX model(s) to read; a folder stands for the *.onnx files in it",
+        )
+    else:
+        sub.add_argument("model", type=Path, help="the ONNX model to read")
     sub.add_argument(
         "--target",
         choices=["ort", "onnx"],
@@ -80,11 +144,24 @@ def _add_model_options(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "--report", metavar="FILE", help=f"write {what} as JSON to FILE (- for stdout)"
+    )
+
+
 def _add_optimize(sub: argparse.ArgumentParser) -> None:
-    _add_model_options(sub)
-    sub.add_argument("-o", "--output", type=Path, help="where to write the optimised model")
-    sub.add_argument("--in-place", action="store_true", help="replace MODEL itself")
-    sub.add_argument("--report", type=Path, help="write the JSON report to this file")
+    _add_model_options(sub, several=True)
+    destination = sub.add_mutually_exclusive_group(required=True)
+    destination.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="OUT",
+        help="where to write the optimised model (a folder, which must exist, for several models)",
+    )
+    destination.add_argument("--in-place", action="store_true", help="replace each MODEL itself")
+    _add_report_option(sub, "the report (several models: one combined record)")
     sub.add_argument(
         "--validate",
         action="store_true",
@@ -96,37 +173,47 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--tune-for",
         choices=["cpu", "cuda"],
-        help="choose each site's form (Skip* or not, fused or not) by timing there",
+        help="choose each site's form (Skip* or not, fused or not) by timing there, at --dims",
     )
     _add_input_options(sub)
     _add_tolerance_options(sub)
-    _add_bench_options(sub)
+    timing = sub.add_argument_group(
+        "timing (need --bench; --warmup, --runs and --threads also apply to --tune-for's hint)"
+    )
+    _add_bench_options(timing, report=False)
 
 
 def _add_inspect(sub: argparse.ArgumentParser) -> None:
     _add_model_options(sub)
-    sub.add_argument("--json", action="store_true", help="print the report as JSON")
+    sub.add_argument("--json", action="store_true", help="print the report as JSON (= --report -)")
+    _add_report_option(sub, "the report")
     sub.add_argument(
         "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
     )
 
 
 def _add_validate(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("original", type=Path)
-    sub.add_argument("candidate", type=Path)
-    sub.add_argument("--report", type=Path, help="write the JSON result to this file")
+    sub.add_argument("original", type=Path, help="the reference model (e.g. before optimize)")
+    sub.add_argument("candidate", type=Path, help="the model to check against it (e.g. after)")
+    _add_report_option(sub, "the comparison")
     _add_input_options(sub)
     _add_tolerance_options(sub)
 
 
 def _add_bench(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("models", type=Path, nargs="+", metavar="MODEL")
+    sub.add_argument(
+        "models",
+        type=Path,
+        nargs="+",
+        metavar="MODEL",
+        help="models with the same inputs; ratios are to the first",
+    )
     _add_input_options(sub)
     _add_bench_options(sub)
 
 
 def _add_tune(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("model", type=Path)
+    sub.add_argument("model", type=Path, help="the ONNX model to time")
     _add_input_options(sub)
     _add_bench_options(sub, levels=False, plot=False)
 
@@ -137,7 +224,7 @@ def _add_input_options(sub: argparse.ArgumentParser) -> None:
         "--dims",
         action="append",
         metavar="NAME=N",
-        help="symbolic dimension sizes; repeatable or comma-separated",
+        help="symbolic dimension sizes; repeatable or comma-separated (unknown names are an error)",
     )
     sub.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
     sub.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
@@ -149,10 +236,13 @@ def _add_tolerance_options(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_bench_options(
-    sub: argparse.ArgumentParser, levels: bool = True, plot: bool = True
+    sub: argparse.ArgumentParser | argparse._ArgumentGroup,
+    levels: bool = True,
+    plot: bool = True,
+    report: bool = True,
 ) -> None:
-    sub.add_argument("--warmup", type=int, default=20, help="untimed runs each (default 20)")
-    sub.add_argument("--runs", type=int, default=200, help="timed runs each (default 200)")
+    sub.add_argument("--warmup", type=int, help="untimed runs each (default 20)")
+    sub.add_argument("--runs", type=int, help="timed runs each (default 200)")
     sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
     if levels:
         sub.add_argument(
@@ -161,17 +251,23 @@ def _add_bench_options(
             choices=["disable", "basic", "extended", "all"],
             help="ORT optimisation level; repeatable (default all)",
         )
-    sub.add_argument(
-        "--json", dest="timings_json", type=Path, metavar="FILE", help="timings as JSON"
-    )
+    if report:
+        _add_report_option(sub, "the timings")
+        sub.add_argument("--json", dest="report", metavar="FILE", help=argparse.SUPPRESS)
     if plot:
-        sub.add_argument("--plot", type=Path, metavar="FILE.png", help="latency distributions")
+        sub.add_argument(
+            "--plot", type=Path, metavar="FILE.png", help="ratio-to-first chart (needs matplotlib)"
+        )
     sub.add_argument("--quiet", action="store_true", help="no progress display")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code. Every error is one line on stderr; SIGINT
     and SIGTERM remove what was staged and exit 130 and 143 (see `normfuse.outputs`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    mistyped = _mistyped_command(argv)
+    if mistyped:
+        return _fail(mistyped, EXIT_USAGE)
     args = build_parser().parse_args(argv)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
     ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
@@ -202,6 +298,16 @@ def main(argv: list[str] | None = None) -> int:
                 "NORMFUSE_DEBUG=1 for the traceback",
                 EXIT_USAGE,
             )
+
+
+def _mistyped_command(argv: list[str]) -> str | None:
+    """For `normfuse valdate ...` or `normfuse --validate ...`: a line naming the command meant."""
+    if not argv or argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version"):
+        return None
+    word = argv[0].lstrip("-")
+    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown command {argv[0]!r}{hint} (commands: {', '.join(COMMANDS)})"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -282,63 +388,143 @@ def _load(path: Path) -> tuple[LoadedModel, set[Path]]:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    output = _output_path(args)
-    loaded, inputs = _load(args.model)
-    if args.in_place:  # MODEL itself may be replaced, its external data never
-        inputs = external_files(loaded.model, loaded.base_dir)
-    with OutputPlan(inputs) as plan:
+    _check_optimize_options(args)
+    models = batch.expand_inputs(args.models)
+    several = batch.is_batch(args.models)
+    if several:
+        destinations = batch.output_paths(models, args.output, args.in_place)
+        check_dims_across(models, parse_dims(args.dims))
+    else:
+        destinations = [_output_path(args, models[0])]
+    loaded: list[LoadedModel | NormfuseError] = []
+    protected: set[Path] = set()
+    for model in models:
+        try:
+            item, files = _load(model)
+        except NormfuseError as error:
+            if not several:
+                raise
+            loaded.append(error)
+            continue
+        loaded.append(item)
+        # MODEL itself may be replaced with --in-place, its external data never
+        protected |= external_files(item.model, item.base_dir) if args.in_place else files
+    stream = _human_stream(args)
+    with OutputPlan(protected) as plan:
         label = "--in-place" if args.in_place else "-o"
-        output = plan_save(plan, output, loaded.model, loaded.base_dir, label, args.in_place)
+        planned = [
+            None
+            if isinstance(item, NormfuseError)
+            else plan_save(plan, output, item.model, item.base_dir, label, args.in_place)
+            for item, output in zip(loaded, destinations, strict=True)
+        ]
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
-        bench_outputs = _plan_bench_outputs(plan, args) if args.bench else (None, None)
-        options = _validation_options(args) if args.validate else None
-        bench_options = _bench_options(args) if args.bench or args.tune_for else None
-        result = normfuse.optimize(
-            loaded.model,
-            target=args.target,
-            passes=args.passes,
-            base_dir=loaded.base_dir,
-            validation=options,
-            tune_for=args.tune_for,
-        )
-        report = result.report
-        report.input = str(args.model)
-        if report.validation is not None and not report.validation.passed:
-            print(report.table())
-            _stage_text(plan, args.report, report_path, report.to_json())
+        plot_path = _plan_plot(plan, args) if args.bench else None
+        if args.bench or args.tune_for:
+            _bench_options(args)  # bad timing options fail before any work
+        if not several:
+            outcome = _optimize_one(args, models[0], loaded[0], planned[0], plan, stream, plot_path)
+            record = outcome.report.as_dict() if outcome.report else {}
+            text = json.dumps({**record, **outcome.extra}, indent=2) + "\n"
+            _stage_text(plan, args.report, report_path, text)
             _commit(plan)
-            print(f"normfuse: validation failed; {output} not written", file=sys.stderr)
-            return EXIT_CHECK_FAILED
-        report.output = str(output)
-        stage_save(plan, result.model, output, result.base_dir)
-        _stage_text(plan, args.report, report_path, report.to_json())
-        print(report.table())
-        if args.bench:
-            original = BenchModel("original", loaded.model, loaded.base_dir)
-            fused = BenchModel("normfuse", result.model, result.base_dir)
-            _run_bench([original, fused], args, plan, *bench_outputs)
-        if args.tune_for:
-            bench_model = BenchModel(str(output), result.model, result.base_dir)
-            _print_session_hint(bench_model, args, bench_options)
+            if outcome.status == EXIT_OK:
+                print(f"wrote {planned[0]}", file=stream)
+            return outcome.status
+        dims = parse_dims(args.dims)
+        outcomes = []
+        for model, item, destination in zip(models, loaded, planned, strict=True):
+            if isinstance(item, NormfuseError):
+                outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(item)))
+                continue
+            if stream is sys.stdout:  # progress, kept off stdout's table
+                print(f"{model} ...", file=sys.stderr)
+            own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
+            try:
+                outcomes.append(_optimize_one(own, model, item, destination, plan, None, None))
+            except NormfuseError as error:
+                outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(error)))
+        print(batch.summary_table(outcomes), file=stream)
+        record = batch.combined_record(outcomes, normfuse.__version__)
+        _stage_text(plan, args.report, report_path, json.dumps(record, indent=2) + "\n")
         _commit(plan)
-    print(f"wrote {output}")
-    return EXIT_OK
+    return batch.worst_status(outcomes)
+
+
+def _check_optimize_options(args: argparse.Namespace) -> None:
+    if args.output is not None and str(args.output) == STDOUT:
+        raise NormfuseError("-o -: a model is not written to stdout; give a file or a folder")
+    given = [name for name in TIMING_OPTIONS if getattr(args, name, None) not in (None, False)]
+    allowed = set(TIMING_OPTIONS) if args.bench else set()
+    if args.tune_for:
+        allowed |= {"warmup", "runs", "threads", "quiet"}
+    refused = [name for name in given if name not in allowed]
+    if refused:
+        names = ", ".join(f"--{name}" for name in refused)
+        raise NormfuseError(f"{names}: timing options need --bench")
+    if args.plot is not None and batch.is_batch(args.models):
+        raise NormfuseError("--plot draws one model's timings; give one model")
+
+
+def check_dims_across(models: list[Path], dims: dict[str, int]) -> None:
+    """Refuse `--dims` names that no model of a batch has (each model gets the ones it has)."""
+    known: set[str] = set()
+    for model in models:
+        known |= _symbolic_dims(model)
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        raise NormfuseError(
+            f"--dims {', '.join(unknown)}: no input of any model has such a dimension; "
+            f"their symbolic dims are: {', '.join(sorted(known)) or '(none)'}"
+        )
+
+
+def _symbolic_dims(path: Path) -> set[str]:
+    try:
+        model = normfuse.model_io.load(path).model
+    except NormfuseError:
+        return set()  # reported when the model itself is processed
+    return {
+        dim.dim_param
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and not dim.HasField("dim_value")
+    }
+
+
+def _own_dims(dims: dict[str, int], model: Path) -> list[str]:
+    """The `--dims` items a model of a batch has."""
+    own = _symbolic_dims(model)
+    return [f"{name}={size}" for name, size in dims.items() if name in own]
+
+
+class _Discard:
+    """A stream that drops what is printed to it."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def _human_stream(args: argparse.Namespace):
+    """stdout for tables, unless the JSON record goes there: then nothing else is printed (the
+    record holds it all), so stdout is the JSON alone and stderr stays quiet."""
+    return _Discard() if getattr(args, "report", None) == STDOUT else sys.stdout
 
 
 def _plan(
-    plan: OutputPlan, path: Path | None, label: str, allow_stdout: bool = False
+    plan: OutputPlan, path: str | Path | None, label: str, allow_stdout: bool = False
 ) -> Path | None:
     return None if path is None else plan.add(path, label, allow_stdout)
 
 
-def _plan_bench_outputs(
-    plan: OutputPlan, args: argparse.Namespace
-) -> tuple[Path | None, Path | None]:
-    """The `--json` and `--plot` destinations, checked (matplotlib and the image format too)."""
-    timings = _plan(plan, args.timings_json, "--json")
+def _plan_plot(plan: OutputPlan, args: argparse.Namespace) -> Path | None:
+    """The `--plot` destination, checked (matplotlib and the image format too)."""
     plot = getattr(args, "plot", None)
     if plot is None:
-        return timings, None
+        return None
     require_matplotlib()
     from matplotlib.figure import Figure
 
@@ -347,10 +533,10 @@ def _plan_bench_outputs(
         raise NormfuseError(
             f"--plot {plot}: give a file name ending in one of .{', .'.join(sorted(formats))}"
         )
-    return timings, plan.add(plot, "--plot")
+    return plan.add(plot, "--plot")
 
 
-def _stage_text(plan: OutputPlan, given: Path | None, path: Path | None, text: str) -> None:
+def _stage_text(plan: OutputPlan, given: str | None, path: Path | None, text: str) -> None:
     """Stage `text` for `path`, or print it when the user gave `-` (standard output)."""
     if path is not None:
         plan.stage_bytes(path, text.encode())
@@ -358,76 +544,114 @@ def _stage_text(plan: OutputPlan, given: Path | None, path: Path | None, text: s
         print(text, end="" if text.endswith("\n") else "\n")
 
 
-def _commit(plan: OutputPlan) -> None:
+def _commit(plan: OutputPlan) -> list[Path]:
     """Write everything staged, once standard output has taken what was printed."""
     sys.stdout.flush()
-    plan.commit()
+    return plan.commit()
 
 
-def _print_session_hint(
-    model: BenchModel, args: argparse.Namespace, bench_options: BenchOptions | None
-) -> None:
+def _optimize_one(
+    args: argparse.Namespace,
+    model_path: Path,
+    loaded: LoadedModel,
+    destination: Path,
+    plan: OutputPlan,
+    stream,
+    plot_path: Path | None,
+) -> batch.Outcome:
+    """Optimise one model and stage it in `plan`; everything that can fail (validation, timing)
+    runs first. `stream`: where tables go (None: print nothing)."""
+
+    def say(text: str) -> None:
+        if stream is not None:
+            print(text, file=stream)
+
+    options = _validation_options(args) if args.validate else None
+    result = normfuse.optimize(
+        loaded.model,
+        target=args.target,
+        passes=args.passes,
+        base_dir=loaded.base_dir,
+        validation=options,
+        tune_for=args.tune_for,
+        dims=parse_dims(args.dims),
+    )
+    report = result.report
+    report.input = str(model_path)
+    if report.validation is not None and not report.validation.passed:
+        say(report.table())
+        print(f"normfuse: validation failed; {destination} not written", file=sys.stderr)
+        return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
+    extra, later = {}, []
+    if args.bench:
+        models = [
+            BenchModel("original", loaded.model, loaded.base_dir),
+            BenchModel("normfuse", result.model, result.base_dir),
+        ]
+        timings = run_bench(models, _bench_options(args))
+        extra["bench"] = timings.as_dict()
+        later.append(timings.table())
+        if plot_path is not None:
+            plot_ratios(timings, plan.temp_path(plot_path))
+    if args.tune_for:
+        hint = _session_hint(BenchModel(str(destination), result.model, result.base_dir), args)
+        if hint:
+            extra["session_hint"] = hint
+            later.append(hint)
+    report.output = str(destination)
+    stage_save(plan, result.model, destination, result.base_dir)
+    say(report.table())
+    for text in later:
+        say(text)
+    return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)
+
+
+def _session_hint(model: BenchModel, args: argparse.Namespace) -> str | None:
     """One line when ORT session settings beat ORT's default on the result beyond noise."""
-    assert bench_options is not None
-    options = dataclasses.replace(bench_options, providers=(args.tune_for,))
+    options = dataclasses.replace(_bench_options(args), providers=(args.tune_for,))
     result = tune(model, options).results[0]
-    if result.beats_default:
-        timing = result.timings[result.configs.index(result.best)]
-        low, high = timing.ratio_interval
-        print(
-            f"hint: on {args.tune_for}, ORT session settings '{result.best.label}' ran the result "
-            f"in {timing.ratio:.2f}x the time of ORT's default [{low:.2f}, {high:.2f}]; "
-            f"`normfuse tune {model.name}` prints the code"
-        )
+    if not result.beats_default:
+        return None
+    timing = result.timings[result.configs.index(result.best)]
+    low, high = timing.ratio_interval
+    return (
+        f"hint: on {args.tune_for}, ORT session settings '{result.best.label}' ran the result "
+        f"in {timing.ratio:.2f}x the time of ORT's default [{low:.2f}, {high:.2f}]; "
+        f"`normfuse tune {model.name}` prints the code"
+    )
 
 
 def _tune(args: argparse.Namespace) -> int:
     loaded, inputs = _load(args.model)
     with OutputPlan(inputs) as plan:
-        timings_path = _plan(plan, args.timings_json, "--json")
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
         report = tune(model, _bench_options(args))
-        print(report.text(str(args.model)))
-        if timings_path is not None:
-            data = {"model": str(args.model), **report.as_dict(str(args.model))}
-            plan.stage_bytes(timings_path, (json.dumps(data, indent=2) + "\n").encode())
+        print(report.text(str(args.model)), file=_human_stream(args))
+        data = {"model": str(args.model), **report.as_dict(str(args.model))}
+        _stage_text(plan, args.report, report_path, json.dumps(data, indent=2) + "\n")
         _commit(plan)
     return EXIT_OK
 
 
 def _bench_options(args: argparse.Namespace) -> BenchOptions:
-    if not (0 <= args.warmup <= MAX_RUNS and 2 <= args.runs <= MAX_RUNS):
+    warmup = 20 if args.warmup is None else args.warmup
+    runs = 200 if args.runs is None else args.runs
+    if not (0 <= warmup <= MAX_RUNS and 2 <= runs <= MAX_RUNS):
         raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
         levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
-        warmup=args.warmup,
-        runs=args.runs,
+        warmup=warmup,
+        runs=runs,
         threads=args.threads,
         dims=parse_dims(args.dims),
         seed=_seed(args),
         npz=None if args.inputs is None else str(args.inputs),
         progress=sys.stderr.isatty() and not args.quiet,
     )
-
-
-def _run_bench(
-    models: list[BenchModel],
-    args: argparse.Namespace,
-    plan: OutputPlan,
-    timings_path: Path | None,
-    plot_path: Path | None,
-) -> None:
-    """Time `models`, print the table and stage `--json` and `--plot` (the caller commits)."""
-    report = run_bench(models, _bench_options(args))
-    print(report.table())
-    if timings_path is not None:
-        text = json.dumps(report.as_dict(), indent=2) + "\n"
-        plan.stage_bytes(timings_path, text.encode())
-    if plot_path is not None:
-        plot_latencies(report, plan.temp_path(plot_path))
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -440,48 +664,58 @@ def _bench(args: argparse.Namespace) -> int:
         BenchModel(str(path), item.model, item.base_dir)
         for path, item in zip(args.models, loaded, strict=True)
     ]
+    stream = _human_stream(args)
     with OutputPlan(inputs) as plan:
-        timings_path, plot_path = _plan_bench_outputs(plan, args)
-        _run_bench(models, args, plan, timings_path, plot_path)
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        plot_path = _plan_plot(plan, args)
+        report = run_bench(models, _bench_options(args))
+        print(report.table(), file=stream)
+        _stage_text(plan, args.report, report_path, json.dumps(report.as_dict(), indent=2) + "\n")
+        if plot_path is not None:
+            plot_ratios(report, plan.temp_path(plot_path))
         _commit(plan)
     if plot_path is not None:
-        print(f"wrote {args.plot}")
+        print(f"wrote {args.plot}", file=stream)
     return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
     inputs = _load(args.original)[1] | _load(args.candidate)[1]
+    stream = _human_stream(args)
     with OutputPlan(inputs) as plan:
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         options = _validation_options(args)
         report = normfuse.validate(args.original, args.candidate, options)
-        print(report.table())
+        print(report.table(), file=stream)
         data = {"original": str(args.original), "candidate": str(args.candidate)}
         text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
         _stage_text(plan, args.report, report_path, text)
         _commit(plan)
-    print("validation passed" if report.passed else "validation FAILED")
+    print("validation passed" if report.passed else "validation FAILED", file=stream)
     return EXIT_OK if report.passed else EXIT_CHECK_FAILED
 
 
-def _output_path(args: argparse.Namespace) -> Path:
+def _output_path(args: argparse.Namespace, model: Path) -> Path:
     if args.in_place:
-        if args.output is not None and args.output.resolve() != args.model.resolve():
-            raise NormfuseError("--in-place writes MODEL itself; do not also give -o elsewhere")
-        return args.model
-    if args.output is None:
-        raise NormfuseError("give -o OUT (or --in-place to replace MODEL)")
-    if os.path.exists(args.output) and args.output.resolve() == args.model.resolve():
+        return model
+    if os.path.exists(args.output) and args.output.resolve() == model.resolve():
         raise NormfuseError("-o is the input model; use --in-place to replace it")
     return args.output
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    report = normfuse.inspect(args.model, target=args.target, passes=args.passes)
-    if args.json:
-        print(report.to_json(), end="")
-    else:
-        print(report.table(sites=True))
+    loaded, inputs = _load(args.model)
+    destination = STDOUT if args.json else args.report
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, destination, "--report", allow_stdout=True)
+        report = normfuse.inspect(
+            loaded.model, target=args.target, passes=args.passes, base_dir=loaded.base_dir
+        )
+        report.input = str(args.model)
+        if destination != STDOUT:
+            print(report.table(sites=True))
+        _stage_text(plan, destination, report_path, report.to_json())
+        _commit(plan)
     if args.check and report.sites:
         print(
             f"normfuse: check failed: {len(report.sites)} fusable site(s) left unfused",

@@ -271,10 +271,13 @@ def reduce_axes(node: gs.Node, rank: int | None, reader: ConstantReader) -> tupl
     if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
         return None
     if "axes" in node.attrs:
-        axes = list(node.attrs["axes"])
+        written = node.attrs["axes"]
+        if not isinstance(written, list | tuple) or not all(isinstance(a, int) for a in written):
+            return None  # a malformed attribute (not a list of ints): not decidable
+        axes = list(written)
     elif len(node.inputs) > 1 and node.inputs[1].name:
         value = reader.value(node.inputs[1])
-        if value is None:
+        if value is None or not np.issubdtype(value.dtype, np.integer):
             return None
         axes = [int(a) for a in value.reshape(-1)]
     else:

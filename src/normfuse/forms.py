@@ -2,9 +2,12 @@
 
 For a residual `Add` followed by a norm, the forms are the norm op after the `Add` and ONNX
 Runtime's `Skip*` op doing both; for any fused norm, the fused node and the decomposed subgraph
-it replaced. Each distinct (family, shape, dtype, bias) is timed once on the
-target provider, side by side (see `normfuse.bench`), with ORT's graph optimisations disabled so
-each form runs as written. The `Skip*` form is chosen only when it is faster beyond noise.
+it replaced. A site is timed at the shape it has when the model runs with the caller's `dims`
+(graph inputs fixed to those sizes, then shape inference; a dim still unknown is timed as 1). Each
+distinct (family, shape, dtype, bias) is timed once on the target provider, side by side (see
+`normfuse.bench`), with ORT's graph optimisations disabled so each form runs as written. A form
+replaces the default only when it is faster beyond noise and by more than 1%
+(`bench.EQUAL_WITHIN`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from normfuse import bench
+from normfuse.inputs import input_shapes
 from normfuse.rewrite import Site
 from normfuse.shapes import TensorType, tensor_types
-from normfuse.site_inputs import IsolatedSite, isolate
+from normfuse.site_inputs import IsolatedSite
+from normfuse.skeleton import skeleton
+from normfuse.subgraph import extract
 
 FORM_RUNS = 100
 MS_DOMAIN = "com.microsoft"
@@ -63,6 +69,7 @@ class FormChooser:
 
     provider: str
     runs: int = FORM_RUNS
+    dims: dict[str, int] = field(default_factory=dict)
     decisions: dict[tuple, FormChoice] = field(default_factory=dict)
     fusion_timings: dict[tuple, tuple[float, tuple[float, float]]] = field(default_factory=dict)
     fusion_records: list[dict] = field(default_factory=list)
@@ -95,7 +102,7 @@ class FormChooser:
             fused.stats_ms()["median"],
             fused.ratio,
             (low, high),
-            use_skip=high < 1.0,
+            use_skip=fused.verdict() == "faster",
         )
 
     def records(self) -> list[dict]:
@@ -108,24 +115,23 @@ class FormChooser:
         candidate: onnx.ModelProto,
         sites: list[Site],
         base_dir: Path | None,
-        types: dict[str, TensorType] | None = None,
     ) -> dict[str, tuple[str, str]]:
         """Layer-, RMS- and group-norm sites whose fused node timed slower than the decomposed
-        subgraph at the site's shape (beyond noise): output -> (reason, detail). Each shape is
-        timed once."""
-        types = tensor_types(original) if types is None else types
+        subgraph at the site's run-time shape (beyond noise and 1%): output -> (reason, detail).
+        Each shape is timed once."""
+        kinds = ("layer-norm", "rms-norm", "group-norm")
+        norm_sites = [site for site in sites if site.kind in kinds]
+        types = runtime_types(original, self.dims) if norm_sites else {}
         slower = {}
-        for site in sites:
-            if site.kind not in ("layer-norm", "rms-norm", "group-norm"):
-                continue
-            pair = isolate(site, original, candidate, types, {}, 0, base_dir)
-            if isinstance(pair, str):
+        for site in norm_sites:
+            pair = timing_pair(site, original, candidate, types, base_dir)
+            if pair is None:
                 continue  # e.g. absorbed into a later Skip site: timed as that form
             key = (site.kind, pair.feeds[site.input_names()[0]].shape, types[site.output][0])
             if key not in self.fusion_timings:
                 self.fusion_timings[key] = self._time_pair(pair, site.kind)
             ratio, (low, high) = self.fusion_timings[key]
-            if low > 1.0:
+            if bench.verdict((low, high)) == "slower":
                 slower[site.output] = (
                     "measured-slower",
                     f"fused {site.op} took {ratio:.2f}x the decomposed subgraph "
@@ -151,7 +157,7 @@ class FormChooser:
         timing = report.timings[1]
         low, high = timing.ratio_interval
         shape = list(next(iter(feeds.values())).shape)
-        choice = "decomposed" if low > 1.0 else "fused"
+        choice = "decomposed" if bench.verdict((low, high)) == "slower" else "fused"
         summary = f"{kind} at {shape}: fused {timing.ratio:.2f}x decomposed [{low:.2f}, {high:.2f}]"
         self.fusion_records.append(
             {
@@ -166,6 +172,48 @@ class FormChooser:
             }
         )
         return timing.ratio, (low, high)
+
+
+def runtime_types(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, TensorType]:
+    """Tensor types with every graph input at the shape it is fed for `dims` (see
+    `normfuse.inputs`), as shape inference derives them: shapes as the model runs."""
+    shapes, _ = input_shapes(model, dims)
+    fixed = skeleton(model)  # no weight copied
+    for info in fixed.graph.input:
+        if info.name in shapes:
+            shape = info.type.tensor_type.shape
+            shape.Clear()
+            for size in shapes[info.name]:
+                shape.dim.add().dim_value = size
+    return tensor_types(fixed)
+
+
+def timing_pair(
+    site: Site,
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    types: dict[str, TensorType],
+    base_dir: Path | None,
+) -> IsolatedSite | None:
+    """The site cut out of both models at its run-time shape (unknown dims as 1), with random
+    inputs; None when it cannot be cut out."""
+    names = site.input_names()
+    output_type = types.get(site.output, (None,))[0]
+    if output_type is None or any(name not in types or types[name][1] is None for name in names):
+        return None
+    rng = np.random.default_rng(0)
+    inputs, feeds = {}, {}
+    for name in names:
+        elem_type, shape = types[name]
+        concrete = [dim if isinstance(dim, int) else 1 for dim in shape]
+        inputs[name] = (elem_type, concrete)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        feeds[name] = rng.normal(0.0, 1.0, concrete).astype(dtype)
+    before = extract(original, inputs, site.output, output_type, base_dir)
+    after = extract(candidate, inputs, site.output, output_type, base_dir)
+    if before is None or after is None:
+        return None
+    return IsolatedSite(before, after, feeds)
 
 
 def residual_norm_models(

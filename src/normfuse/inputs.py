@@ -2,9 +2,11 @@
 
 Symbolic dimensions take their value from `dims`; a batch-like one (named like `batch`, or the
 unnamed first axis) defaults to 1 and the default is reported; any other undecided dimension is an
-error that names it. Float inputs are drawn from a seeded normal distribution; integer inputs that
-index a `Gather` (token, position and token-type ids) are drawn inside the indexed table; masks are
-all ones; booleans are true. `.npz` arrays replace generated ones, checked for name, dtype and
+error that names it, and so is a `dims` name no input has. Float inputs are drawn from a seeded
+normal distribution; position ids (an integer input named like `position_ids`) count 0, 1, ... along
+their last axis in every row, as a model sees them (rotary embeddings are exercised); other integer
+inputs that index a `Gather` (token and token-type ids) are drawn inside the indexed table; masks
+are all ones; booleans are true. `.npz` arrays replace generated ones, checked for name, dtype and
 shape from each member's header before its data is inflated (pickles are never loaded). Inputs
 are refused before allocation when they would take more than MAX_INPUT_BYTES.
 """
@@ -28,6 +30,7 @@ MAX_DIM = 2**31 - 1
 # Generated and loaded inputs together may take this many bytes (checked before allocating).
 MAX_INPUT_BYTES = 4 * 2**30
 _BATCH_LIKE = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
+_POSITIONS = re.compile(r"position", re.IGNORECASE)
 # Ops an index may pass through on its way to a Gather.
 _INDEX_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
 
@@ -55,6 +58,7 @@ def make_inputs(
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Feeds for every graph input of `model`, and notes on the defaults taken."""
     rng = np.random.default_rng(seed)
+    check_dims(model, dims or {})
     notes: list[str] = []
     signature = graph_inputs(model)
     dtypes = {info.name: _input_dtype(info) for info in signature}
@@ -99,6 +103,35 @@ def _check_allocation(
                 f"input {name!r} of shape {shape}: the inputs would take more than "
                 f"{MAX_INPUT_BYTES // 2**30} GiB; set smaller --dims"
             )
+
+
+def input_shapes(
+    model: onnx.ModelProto, dims: dict[str, int] | None = None
+) -> tuple[dict[str, list[int]], list[str]]:
+    """The concrete shape of every graph input for `dims` (as `make_inputs` feeds them), and notes
+    on the defaults taken."""
+    check_dims(model, dims or {})
+    notes: list[str] = []
+    shapes = {info.name: _concrete_shape(info, dims or {}, notes) for info in graph_inputs(model)}
+    return shapes, notes
+
+
+def check_dims(model: onnx.ModelProto, dims: dict[str, int]) -> None:
+    """Refuse `dims` names that no graph input has (a typo would otherwise be ignored)."""
+    known = sorted(
+        {
+            dim.dim_param
+            for info in graph_inputs(model)
+            for dim in info.type.tensor_type.shape.dim
+            if dim.dim_param and not dim.HasField("dim_value")
+        }
+    )
+    unknown = sorted(set(dims) - set(known))
+    if unknown:
+        raise NormfuseError(
+            f"--dims {', '.join(unknown)}: no input has such a dimension; "
+            f"the model's symbolic dims are: {', '.join(known) or '(none)'}"
+        )
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -206,6 +239,9 @@ def _generate(name, dtype, shape, table: int | None, rng, notes: list[str]) -> n
         return np.ones(shape, dtype)
     if "mask" in name.lower():
         return np.ones(shape, dtype)
+    if _POSITIONS.search(name) and shape:
+        positions = np.arange(shape[-1]) % (table or max(shape[-1], 1))
+        return np.broadcast_to(positions, shape).astype(dtype)
     if table is not None:
         return rng.integers(0, table, shape).astype(dtype)
     notes.append(f"{name!r}: integer input indexes no table; filled with zeros (use --inputs)")

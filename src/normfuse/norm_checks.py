@@ -23,6 +23,7 @@ from normfuse.rewrite import (
     Reject,
     Site,
     check_attribute_values,
+    node_label,
 )
 from normfuse.static_values import static_value
 from normfuse.targets import STANDARD_OPS, Target
@@ -426,7 +427,7 @@ def fused_site(
         )
         and node is not match.root.inputs[0]
     )
-    removed = tuple(node.name for node in match.nodes if id(node) not in kept)
+    removed = tuple(node_label(node) for node in match.nodes if id(node) not in kept)
     return Site(
         kind,
         emission.op,

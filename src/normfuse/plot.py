@@ -1,11 +1,17 @@
-"""Latency distributions drawn side by side (needs matplotlib, the `plot` extra)."""
+"""One chart of a benchmark: each model's median latency as a ratio to the first model's, with its
+95% interval, one row per model, provider and level in the table's order, on one shared axis
+(needs matplotlib, the `plot` extra)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from normfuse.bench import BenchReport
+import numpy as np
+
+from normfuse.bench import EQUAL_WITHIN, BenchReport, display_names, format_seconds, run_keys
 from normfuse.errors import NormfuseError
+
+COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "": "#57606a"}
 
 
 def require_matplotlib() -> None:
@@ -16,24 +22,63 @@ def require_matplotlib() -> None:
         raise NormfuseError('--plot needs matplotlib: pip install "normfuse[plot]"') from None
 
 
-def plot_latencies(report: BenchReport, path: Path) -> None:
-    """One box per model, grouped by provider and level, latencies in milliseconds."""
+def plot_ratios(report: BenchReport, path: Path) -> None:
+    """Write the chart to `path` (PNG): the first model of each side-by-side run is the
+    reference (a square at 1); the others are dots with their interval, green where faster beyond
+    noise and 1%, red where slower, grey where equal; each row is labelled with its median."""
     require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
 
-    groups = sorted({(t.provider, t.level) for t in report.timings})
-    figure, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
-    for axis, (provider, level) in zip(axes[0], groups, strict=True):
-        timings = [t for t in report.timings if (t.provider, t.level) == (provider, level)]
-        axis.boxplot([t.samples * 1e3 for t in timings], showfliers=False)
-        axis.set_xticks(
-            range(1, len(timings) + 1), [Path(t.model).name[:20] for t in timings], rotation=20
-        )
-        axis.set_title(f"{provider}, ORT level {level}")
-        axis.set_ylabel("latency (ms), batch 1")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    timings = report.timings
+    names, folder = display_names([t.model for t in timings], run_keys(timings))
+    if not folder and len({Path(name).name for name in names}) == len(names):
+        names = [Path(name).name for name in names]  # distinct file names: the chart's labels
+    rows = len(timings)
+    figure, axis = plt.subplots(figsize=(9, 1.3 + 0.45 * rows))
+    right = blended_transform_factory(axis.transAxes, axis.transData)
+    labels = []
+    for row, timing in enumerate(timings):
+        reference = timing.reference
+        y = rows - 1 - row
+        labels.append((y, f"{names[row]}  ({timing.provider}, {timing.level})"))
+        if reference and row:
+            axis.axhline(y + 0.5, color="#8c959f", lw=0.8)  # a new side-by-side run begins
+        median = format_seconds(float(np.median(timing.samples)))
+        low, high = timing.ratio_interval
+        if reference:
+            axis.plot([1.0], [y], "s", color="black", markersize=7)
+            text, colour = f"reference (first model), median {median}", "black"
+        else:
+            colour = COLOURS[timing.verdict()]
+            axis.errorbar(
+                [timing.ratio],
+                [y],
+                xerr=[[timing.ratio - low], [high - timing.ratio]],
+                fmt="o",
+                color=colour,
+                capsize=4,
+            )
+            verdict = f" {timing.verdict()}" if timing.verdict() else " equal"
+            text = f"{timing.ratio:.3f} [{low:.3f}, {high:.3f}]{verdict}, median {median}"
+        axis.text(1.02, y, text, transform=right, va="center", fontsize=9, color=colour)
+    axis.axvspan(1 - EQUAL_WITHIN, 1 + EQUAL_WITHIN, color="#d0d7de", alpha=0.5, lw=0)
+    axis.axvline(1.0, color="black", lw=0.8)
+    axis.set_yticks([y for y, _ in labels], [label for _, label in labels])
+    axis.set_ylim(-0.7, rows - 0.3)
+    lows = [t.ratio_interval[0] for t in timings] + [1 - 2 * EQUAL_WITHIN]
+    highs = [t.ratio_interval[1] for t in timings] + [1 + 2 * EQUAL_WITHIN]
+    margin = 0.08 * (max(highs) - min(lows))
+    axis.set_xlim(min(lows) - margin, max(highs) + margin)
+    axis.set_xlabel(
+        "median latency / the first model's, with 95% interval (grey band: within "
+        f"{EQUAL_WITHIN:.0%}, read as equal)"
+    )
+    where = f", models in {folder}" if folder else ""
+    axis.set_title(f"batch-one latency, intra-op threads: {report.threads}{where}", fontsize=10)
+    axis.grid(axis="x", color="#eaeef2")
+    figure.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(figure)

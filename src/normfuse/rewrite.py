@@ -69,7 +69,7 @@ class Site:
     epsilon: float
     input: str
     output: str
-    removed_nodes: tuple[str, ...]
+    removed_nodes: tuple[str, ...]  # names, or `Op->output` for unnamed nodes
     fused: FusedNode = field(repr=False, compare=False)
     opset: int = 0
     ort_only: bool = False

@@ -4,7 +4,9 @@ Candidates: ORT levels basic, extended and all, and level all with each normalis
 fusion of ORT's disabled by name. ORT ignores names it does not know, so a fusion is a candidate
 only if disabling it changes the graph ORT saves for this model (it touches the model's norm
 sites). All candidates are timed side by side (see `normfuse.bench`) against ORT's default, level
-all; the fastest wins only if its confidence interval lies below 1, otherwise the default stands.
+all. A candidate wins only if its whole confidence interval lies below 0.99 (ratios within 1% of
+1 read as equal: `bench.EQUAL_WITHIN`); of those, the one with the lowest median. Otherwise the
+default stands.
 """
 
 from __future__ import annotations
@@ -128,8 +130,8 @@ class TuneReport:
             else:
                 lines += [
                     "",
-                    f"{result.provider}: nothing beats ORT's default (level all) beyond "
-                    "noise; keep the default.",
+                    f"{result.provider}: nothing beats ORT's default (level all) by more than "
+                    f"{bench.EQUAL_WITHIN:.0%} beyond noise; keep the default.",
                 ]
         return "\n".join(lines)
 
@@ -176,9 +178,10 @@ def tune(model: bench.BenchModel, options: bench.BenchOptions) -> TuneReport:
 
 
 def choose(provider: str, configs: list[SessionConfig], timings: list[bench.Timing]) -> TuneResult:
-    """The fastest configuration if it beats the default (the first) beyond noise, else the
-    default."""
-    fastest = min(range(len(timings)), key=lambda index: timings[index].stats_ms()["median"])
-    beats = fastest != 0 and timings[fastest].ratio_interval[1] < 1.0
-    best = configs[fastest] if beats else configs[0]
-    return TuneResult(provider, timings, configs, best, beats)
+    """Of the configurations faster than the default (the first) beyond noise and beyond 1% (the
+    whole interval below 0.99), the one with the lowest median; else the default."""
+    faster = [index for index in range(1, len(timings)) if timings[index].verdict() == "faster"]
+    if not faster:
+        return TuneResult(provider, timings, configs, configs[0], False)
+    best = min(faster, key=lambda index: timings[index].stats_ms()["median"])
+    return TuneResult(provider, timings, configs, configs[best], True)

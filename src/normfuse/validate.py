@@ -8,6 +8,8 @@ where the model can be converted (weights in memory, float16/float32 only).
 
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -252,7 +254,15 @@ def _float64_reference(
     try:
         return sessions.create(wide, "cpu").run(None, wide_feeds), "float64 reference: CPU"
     except Exception as error:
-        return None, f"no float64 reference: {str(error).splitlines()[0][:120]}"
+        reason = _reason(error)
+        return None, f"no float64 reference (ONNX Runtime cannot run it in float64): {reason}"
+
+
+def _reason(error: Exception, width: int = 200) -> str:
+    """ONNX Runtime's message without its status prefix, shortened at a word boundary."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", text)
+    return textwrap.shorten(text, width, placeholder=" ...")
 
 
 def check_sites(

@@ -290,7 +290,7 @@ def _(w: Work) -> Run:
 
 @case("outputs", "no-o")
 def _(w: Work) -> Run:
-    return Run(["optimize", w.model()], message="-o OUT")
+    return Run(["optimize", w.model()], message="-o/--output")
 
 
 for _name, _dest, _message in [
@@ -417,7 +417,7 @@ for _name, _extra, _message in [
     ("bench-runs-absurd", ["--bench", "--runs", "1000000000000"], "--runs"),
     ("bench-warmup-negative", ["--bench", "--warmup", "-1"], "--warmup"),
     ("bench-bad-inputs-file", ["--bench", "--inputs", "bad.npz"], "--inputs"),
-    ("bench-json-missing-folder", ["--bench", "--json", "no/t.json"], "does not exist"),
+    ("bench-report-missing-folder", ["--bench", "--report", "no/t.json"], "does not exist"),
     ("validate-bad-inputs-file", ["--validate", "--inputs", "bad.npz"], "--inputs"),
     ("validate-wrong-input-shape", ["--validate", "--inputs", "shape.npz"], "shape"),
     ("validate-unknown-dim", ["--validate", "--dims", "batch=x"], "--dims"),
