@@ -13,6 +13,8 @@ ORT_MODEL_TYPES = {
     "t5_encoder": "t5",
     "vit": "vit",
     "convnext": "vit",
+    "gpt_neox": "gpt_neox",
+    "whisper_encoder": "bert",
 }
 
 
@@ -23,10 +25,11 @@ def model_type(architecture: str) -> str:
 
 def ort_transformers_optimize(
     source: Path, out: Path, architecture: str, norms_only: bool = False
-) -> None:
+) -> dict[str, int]:
     """Run `optimize_model` (opt_level 0: its python fusions, no ORT session passes) and save;
     `norms_only` keeps just its layer-norm and skip-layer-norm fusions (no attention, GELU,
-    embedding or rotary fusions), for a like-for-like comparison with normfuse."""
+    embedding or rotary fusions), for a like-for-like comparison with normfuse. Returns the
+    optimizer's own fusion statistics (`get_fused_operator_statistics`, zero counts dropped)."""
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -45,6 +48,7 @@ def ort_transformers_optimize(
         optimization_options=options,
     )
     optimized.save_model_to_file(str(out))
+    return {op: n for op, n in optimized.get_fused_operator_statistics().items() if n}
 
 
 NORM_FUSION_OPTIONS = {

@@ -1,0 +1,332 @@
+"""normfuse inside the pipelines users already run: ONNX Runtime's transformers optimizer
+(`optimize_model`) and onnxslim, on every committed zoo model, at ORT levels disable and all, CPU,
+batch 1.
+
+Pipelines: the original; the optimizer alone; normfuse alone; normfuse then the optimizer; the
+optimizer then normfuse; onnxslim alone (the baseline for the next); onnxslim then normfuse.
+For each it prints the ratio of medians to the original at the same ORT level with a 95%
+bootstrap interval (interleaved, rotated rounds, see `normfuse.bench`), the normalisation ops ORT
+actually ran, the optimizer's own fusion statistics (`get_fused_operator_statistics`: attention,
+Skip*LayerNormalization, GELU) in each order, how many sites normfuse fused in each order, and
+the largest output difference from the original (ORT level disable). "best / optimizer" is the
+faster of the two normfuse+optimizer orders against the optimizer alone, from the same paired
+rounds.
+
+Run on demand (not part of the test suite), from the repository root, with the `benchmarks` extra:
+
+    python tests/benchmarks/pipelines.py [--models bert,llama_opset17] [--quick] [--markdown FILE]
+
+`--models` keeps model file stems containing any of the comma-separated words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from ort_optimizer import ort_transformers_optimize
+
+import normfuse
+from normfuse import bench
+from normfuse.inputs import make_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "models" / "manifest.json"
+
+ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF = (
+    "original",
+    "optimizer",
+    "normfuse",
+    "normfuse>optimizer",
+    "optimizer>normfuse",
+    "onnxslim",
+    "onnxslim>normfuse",
+)
+PIPELINES = (ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF)
+FUSED_GROUPS = {
+    "attn": ("Attention", "MultiHeadAttention", "GroupQueryAttention"),
+    "skip": ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization"),
+    "gelu": ("Gelu", "FastGelu", "BiasGelu", "GemmFastGelu"),
+}
+SHORT_OPS = {
+    "LayerNormalization": "LN",
+    "SimplifiedLayerNormalization": "SLN",
+    "SkipLayerNormalization": "SkipLN",
+    "SkipSimplifiedLayerNormalization": "SkipSLN",
+    "RMSNormalization": "RMS",
+}
+
+
+@dataclass
+class Built:
+    """One pipeline's output: the model file, the optimizer's statistics (None when it did not
+    run), normfuse's fused-site count (None when it did not run), and its build seconds."""
+
+    path: Path
+    optimizer_stats: dict[str, int] | None = None
+    normfuse_sites: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Subject:
+    """A model to run the pipelines on: a name, its file, its family, and bench dims."""
+
+    name: str
+    path: Path
+    architecture: str
+    dims: dict[str, int] = field(default_factory=dict)
+
+
+def _normfuse(source: Path, out: Path) -> int:
+    result = normfuse.optimize(source)
+    normfuse.save(result, out)
+    return len(result.report.sites)
+
+
+def _slim(source: Path, out: Path) -> None:
+    import onnxslim
+
+    slimmed = onnxslim.slim(onnx.load(source))
+    onnx.save(slimmed, out)
+
+
+def _timed(step: Callable[[], Built]) -> Built:
+    start = time.perf_counter()
+    built = step()
+    built.seconds = time.perf_counter() - start
+    return built
+
+
+def build_pipelines(subject: Subject, folder: Path) -> dict[str, Built]:
+    """Write every pipeline's output for `subject` into `folder`."""
+    src, arch = subject.path, subject.architecture
+    out = {name: folder / f"{index}.onnx" for index, name in enumerate(PIPELINES)}
+
+    def opt() -> Built:
+        return Built(out[OPT], optimizer_stats=ort_transformers_optimize(src, out[OPT], arch))
+
+    def nf() -> Built:
+        return Built(out[NF], normfuse_sites=_normfuse(src, out[NF]))
+
+    def nf_opt() -> Built:
+        sites = _normfuse(src, folder / "nf_first.onnx")
+        stats = ort_transformers_optimize(folder / "nf_first.onnx", out[NF_OPT], arch)
+        return Built(out[NF_OPT], stats, sites)
+
+    def opt_nf() -> Built:
+        stats = ort_transformers_optimize(src, folder / "opt_first.onnx", arch)
+        return Built(out[OPT_NF], stats, _normfuse(folder / "opt_first.onnx", out[OPT_NF]))
+
+    def slim() -> Built:
+        _slim(src, out[SLIM])
+        return Built(out[SLIM])
+
+    def slim_nf() -> Built:
+        return Built(out[SLIM_NF], normfuse_sites=_normfuse(out[SLIM], out[SLIM_NF]))
+
+    steps = {ORIGINAL: lambda: Built(src), OPT: opt, NF: nf, NF_OPT: nf_opt, OPT_NF: opt_nf}
+    steps |= {SLIM: slim, SLIM_NF: slim_nf}
+    return {name: _timed(step) for name, step in steps.items()}
+
+
+def max_differences(models: dict[str, onnx.ModelProto], dims: dict[str, int]) -> dict[str, float]:
+    """Largest absolute difference of every output from the original's (ORT level disable)."""
+    feeds, _ = make_inputs(models[ORIGINAL], dims, 0)
+    outputs = {}
+    for name, model in models.items():
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        session = ort.InferenceSession(model.SerializeToString(), so, ["CPUExecutionProvider"])
+        wanted = {info.name for info in session.get_inputs()}
+        outputs[name] = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+    reference = outputs[ORIGINAL]
+    return {
+        name: max(
+            float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            for a, b in zip(reference, values, strict=True)
+        )
+        for name, values in outputs.items()
+    }
+
+
+def measure(
+    subject: Subject,
+    options: bench.BenchOptions,
+    threading: bench.Threading,
+    extra: dict[str, onnx.ModelProto] | None = None,
+) -> list[dict]:
+    """Build and time every pipeline for `subject` (plus `extra` models, timed alongside);
+    one row per ORT level."""
+    with tempfile.TemporaryDirectory() as folder:
+        built = build_pipelines(subject, Path(folder))
+        models = {name: onnx.load(item.path) for name, item in built.items()}
+    models |= extra or {}
+    differences = max_differences(models, subject.dims)
+    bench_models = [bench.BenchModel(name, model) for name, model in models.items()]
+    report = bench.run(bench_models, dataclasses.replace(options, dims=subject.dims), threading)
+    rows = []
+    for level in options.levels:
+        timings = {t.model: t for t in report.timings if t.level == level}
+        best = min((NF_OPT, OPT_NF), key=lambda name: float(np.median(timings[name].samples)))
+        best_ratio, best_interval = bench.ratio_with_interval(
+            timings[OPT].samples, timings[best].samples, options.seed
+        )
+        rows.append(
+            {
+                "model": subject.name,
+                "level": level,
+                "original_ms": timings[ORIGINAL].stats_ms()["median"],
+                "ratios": {n: [t.ratio, list(t.ratio_interval)] for n, t in timings.items()},
+                "best": best,
+                "best_vs_optimizer": [best_ratio, list(best_interval)],
+                "ops": {name: t.norm_ops_after_ort for name, t in timings.items()},
+                "optimizer_stats": {n: b.optimizer_stats for n, b in built.items()},
+                "normfuse_sites": {n: b.normfuse_sites for n, b in built.items()},
+                "build_seconds": {n: b.seconds for n, b in built.items()},
+                "max_abs_difference": differences,
+            }
+        )
+    return rows
+
+
+def cell(pair: list) -> str:
+    ratio, (low, high) = pair
+    mark = "" if low <= 1.0 <= high else ("↓" if high < 1.0 else "↑")
+    return f"{ratio:.3f} [{low:.3f}, {high:.3f}]{mark}"
+
+
+def ops(counts: dict) -> str:
+    return " ".join(f"{SHORT_OPS[op]}{n}" for op, n in counts.items()) or "-"
+
+
+def fused(stats: dict[str, int] | None) -> str:
+    """attention/skip/gelu counts from the optimizer's statistics ("-" when it did not run)."""
+    if stats is None:
+        return "-"
+    return "/".join(str(sum(stats.get(op, 0) for op in group)) for group in FUSED_GROUPS.values())
+
+
+def header(options: bench.BenchOptions, threads: str) -> str:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"Measured {now} on {platform.machine()} ({platform.processor() or 'cpu'}), "
+        f"onnxruntime {ort.__version__}, CPU provider, intra-op threads {threads}, batch 1, "
+        f"{options.runs} interleaved rounds after {options.warmup} warm-up. Cells: median / "
+        "original's median at the same ORT level [95% bootstrap interval]; ↓ faster, ↑ slower "
+        "beyond the interval, none: noise."
+    )
+
+
+def latency_table(rows: list[dict], names: tuple[str, ...]) -> str:
+    timed = names[1:]
+    lines = [
+        "| model | ORT level | original ms | "
+        + " | ".join(timed)
+        + " | best / optimizer | norm ops run ("
+        + "; ".join(names)
+        + ") |",
+        "| --- | --- | ---: |" + " --- |" * (len(timed) + 2),
+    ]
+    for row in rows:
+        ran = "; ".join(ops(row["ops"][name]) for name in names)
+        best = f"{cell(row['best_vs_optimizer'])} ({row['best']})"
+        lines.append(
+            f"| {row['model']} | {row['level']} | {row['original_ms']:.3f} | "
+            + " | ".join(cell(row["ratios"][name]) for name in timed)
+            + f" | {best} | {ran} |"
+        )
+    return "\n".join(lines)
+
+
+def fusion_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | normfuse sites (alone; after optimizer; after onnxslim) "
+        "| optimizer attn/skip/gelu (alone; after normfuse) | max abs diff from original "
+        "(optimizer; normfuse; normfuse>opt; opt>normfuse; onnxslim; onnxslim>normfuse) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        if row["level"] != rows[0]["level"]:
+            continue
+        sites = row["normfuse_sites"]
+        stats = row["optimizer_stats"]
+        diff = row["max_abs_difference"]
+        lines.append(
+            f"| {row['model']} | {sites[NF]}; {sites[OPT_NF]}; {sites[SLIM_NF]} | "
+            f"{fused(stats[OPT])}; {fused(stats[NF_OPT])} | "
+            + "; ".join(f"{diff[name]:.1e}" for name in PIPELINES[1:])
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def subjects(filters: list[str]) -> list[Subject]:
+    entries = [e for e in json.loads(MANIFEST.read_text())["models"] if "export_error" not in e]
+    found = [
+        Subject(Path(e["file"]).stem, ROOT / "models" / e["file"], e["architecture"], e["dims"])
+        for e in entries
+    ]
+    return [s for s in found if not filters or any(word in s.name for word in filters)]
+
+
+def parse_common(parser: argparse.ArgumentParser) -> None:
+    """Options shared with real_sizes.py."""
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
+    parser.add_argument("--runs", type=int, help="timed rounds (default 200, quick 60)")
+    parser.add_argument("--warmup", type=int, help="warm-up rounds (default 20, quick 10)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+
+
+def options_from(args: argparse.Namespace, runs: int, quick_runs: int) -> bench.BenchOptions:
+    return bench.BenchOptions(
+        levels=("disable", "all"),
+        runs=args.runs or (quick_runs if args.quick else runs),
+        warmup=args.warmup or (10 if args.quick else 20),
+        threads=args.threads,
+    )
+
+
+def write(args: argparse.Namespace, text: str, rows: list[dict]) -> None:
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help="comma-separated words; keep stems containing one")
+    parse_common(parser)
+    args = parser.parse_args()
+    options = options_from(args, runs=200, quick_runs=60)
+    threading = bench.configure_threads(options.threads)
+    rows = []
+    for subject in subjects(args.models.split(",") if args.models else []):
+        rows.extend(measure(subject, options, threading))
+        print(f"done {subject.name}", file=sys.stderr, flush=True)
+    text = "\n\n".join(
+        [header(options, threading.label), latency_table(rows, PIPELINES), fusion_table(rows)]
+    )
+    write(args, text + "\n", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
