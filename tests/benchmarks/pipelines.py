@@ -163,37 +163,42 @@ def max_differences(models: dict[str, onnx.ModelProto], dims: dict[str, int]) ->
     }
 
 
-def measure(
-    subject: Subject,
-    options: bench.BenchOptions,
-    threading: bench.Threading,
-    extra: dict[str, onnx.ModelProto] | None = None,
-) -> list[dict]:
-    """Build and time every pipeline for `subject` (plus `extra` models, timed alongside);
-    one row per ORT level."""
+def prepare(subject: Subject) -> tuple[dict[str, onnx.ModelProto], dict[str, Built]]:
+    """Every pipeline's output model for `subject`, and how each was built."""
     with tempfile.TemporaryDirectory() as folder:
         built = build_pipelines(subject, Path(folder))
-        models = {name: onnx.load(item.path) for name, item in built.items()}
-    models |= extra or {}
-    differences = max_differences(models, subject.dims)
-    bench_models = [bench.BenchModel(name, model) for name, model in models.items()]
-    report = bench.run(bench_models, dataclasses.replace(options, dims=subject.dims), threading)
+        return {name: onnx.load(item.path) for name, item in built.items()}, built
+
+
+def time_rows(
+    name: str,
+    models: dict[str, onnx.ModelProto],
+    built: dict[str, Built],
+    dims: dict[str, int],
+    options: bench.BenchOptions,
+    threading: bench.Threading,
+) -> list[dict]:
+    """Time `models` side by side at `dims` (the pipelines' outputs first, then any others);
+    one row per ORT level."""
+    differences = max_differences({n: models[n] for n in PIPELINES}, dims)
+    bench_models = [bench.BenchModel(label, model) for label, model in models.items()]
+    report = bench.run(bench_models, dataclasses.replace(options, dims=dims), threading)
     rows = []
     for level in options.levels:
         timings = {t.model: t for t in report.timings if t.level == level}
-        best = min((NF_OPT, OPT_NF), key=lambda name: float(np.median(timings[name].samples)))
+        best = min((NF_OPT, OPT_NF), key=lambda n: float(np.median(timings[n].samples)))
         best_ratio, best_interval = bench.ratio_with_interval(
             timings[OPT].samples, timings[best].samples, options.seed
         )
         rows.append(
             {
-                "model": subject.name,
+                "model": name,
                 "level": level,
                 "original_ms": timings[ORIGINAL].stats_ms()["median"],
                 "ratios": {n: [t.ratio, list(t.ratio_interval)] for n, t in timings.items()},
                 "best": best,
                 "best_vs_optimizer": [best_ratio, list(best_interval)],
-                "ops": {name: t.norm_ops_after_ort for name, t in timings.items()},
+                "ops": {n: t.norm_ops_after_ort for n, t in timings.items()},
                 "optimizer_stats": {n: b.optimizer_stats for n, b in built.items()},
                 "normfuse_sites": {n: b.normfuse_sites for n, b in built.items()},
                 "build_seconds": {n: b.seconds for n, b in built.items()},
@@ -201,6 +206,14 @@ def measure(
             }
         )
     return rows
+
+
+def measure(
+    subject: Subject, options: bench.BenchOptions, threading: bench.Threading
+) -> list[dict]:
+    """Build and time every pipeline for `subject`; one row per ORT level."""
+    models, built = prepare(subject)
+    return time_rows(subject.name, models, built, subject.dims, options, threading)
 
 
 def cell(pair: list) -> str:
@@ -260,7 +273,7 @@ def fusion_table(rows: list[dict]) -> str:
         "| --- | --- | --- | --- |",
     ]
     for row in rows:
-        if row["level"] != rows[0]["level"]:
+        if row["level"] != rows[0]["level"]:  # the same for every level
             continue
         sites = row["normfuse_sites"]
         stats = row["optimizer_stats"]

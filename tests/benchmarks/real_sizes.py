@@ -1,0 +1,194 @@
+"""The pipelines of pipelines.py at real model sizes, with the bound of removing every norm.
+
+Builds on demand (never committed) from transformers configs with random weights, float32, batch 1:
+a BERT-base encoder (hidden 768, 12 layers, 12 heads, MLP 3072, vocabulary 30522) and a
+LLaMA-style decoder slice (TinyLlama-shaped layers: hidden 2048, 4 layers, 32 heads, 4 key-value
+heads, MLP 5632; vocabulary cut to 4096, which changes the embedding table's size, not the work),
+each exported with TorchScript (BERT at opset 16, where `nn.LayerNorm` is still decomposed; LLaMA
+at opset 17) and dynamo (opset 18), with a dynamic sequence axis. Each export is timed at
+sequence 128 and at sequence 1 (one token without a KV cache: the per-token share of norms and
+MatMuls, not attention over a cache). "no norms" is the same model exported with every norm
+module replaced by `nn.Identity`: its ratio is the most that any norm rewrite could save.
+
+Run on demand, from the repository root, with the `benchmarks` and `models` extras:
+
+    python tests/benchmarks/real_sizes.py [--models bert,llama] [--exporters torchscript,dynamo]
+        [--sequences 128,1] [--quick] [--cache DIR] [--markdown FILE]
+
+Exports go to `--cache DIR` (reused when present) or a temporary folder removed at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+import pipelines
+import torch
+import transformers
+
+from normfuse import bench
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from models.export import is_rms_norm, randomise_norms  # noqa: E402
+
+NO_NORMS = "no norms"
+OPSETS = {("bert", "torchscript"): 16, ("llama", "torchscript"): 17}
+DYNAMO_OPSET = 18
+
+
+def bert() -> tuple[torch.nn.Module, list[str]]:
+    """BERT-base with random weights (no pooler)."""
+    model = transformers.BertModel(transformers.BertConfig(), add_pooling_layer=False)
+    return model, ["input_ids", "attention_mask"]
+
+
+def llama() -> tuple[torch.nn.Module, list[str]]:
+    """Four TinyLlama-shaped decoder layers with random weights."""
+    config = transformers.LlamaConfig(
+        vocab_size=4096,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=4,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        use_cache=False,
+    )
+    return transformers.LlamaModel(config), ["input_ids", "attention_mask", "position_ids"]
+
+
+BUILDERS = {"bert": bert, "llama": llama}
+
+
+class _Positional(torch.nn.Module):
+    """Positional inputs in, the last hidden state out."""
+
+    def __init__(self, model: torch.nn.Module, names: list[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *args):
+        return self.model(**dict(zip(self.names, args, strict=True)), return_dict=False)[0]
+
+
+def remove_norms(model: torch.nn.Module) -> int:
+    """Replace every layer-norm and RMS-norm module by `nn.Identity`; returns how many."""
+    found = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, torch.nn.LayerNorm) or is_rms_norm(child)
+    ]
+    for parent, name in found:
+        setattr(parent, name, torch.nn.Identity())
+    return len(found)
+
+
+def export(architecture: str, exporter: str, norms: bool, path: Path) -> None:
+    """Export one model (random weights from seed 0) with a dynamic sequence axis."""
+    torch.manual_seed(0)
+    model, names = BUILDERS[architecture]()
+    randomise_norms(model)
+    if not norms:
+        remove_norms(model)
+    model.eval()
+    length = 8
+    inputs = {
+        "input_ids": torch.randint(0, 1000, (1, length)),
+        "attention_mask": torch.ones(1, length, dtype=torch.int64),
+        "position_ids": torch.arange(length).unsqueeze(0),
+    }
+    args = tuple(inputs[name] for name in names)
+    dynamo = exporter == "dynamo"
+    # The dynamo exporter converts input axes only (an output's makes the conversion fail).
+    axes = {name: {1: "sequence"} for name in [*names, *([] if dynamo else ["last_hidden_state"])]}
+    with torch.no_grad():
+        torch.onnx.export(
+            _Positional(model, names),
+            args,
+            str(path),
+            dynamo=dynamo,
+            opset_version=DYNAMO_OPSET if dynamo else OPSETS[(architecture, exporter)],
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            **({"external_data": False} if dynamo else {"do_constant_folding": True}),
+        )
+
+
+def cached_export(architecture: str, exporter: str, norms: bool, cache: Path) -> Path:
+    suffix = "" if norms else "_no_norms"
+    path = cache / f"{architecture}_{exporter}{suffix}.onnx"
+    if not path.exists():
+        partial = path.with_suffix(".partial.onnx")
+        try:
+            export(architecture, exporter, norms, partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(path)
+        print(f"exported {path.name}", file=sys.stderr, flush=True)
+    return path
+
+
+def run_all(args: argparse.Namespace, cache: Path, failures: list[str]) -> list[dict]:
+    """Time every requested model, exporter and sequence; failed exports go to `failures`."""
+    options = pipelines.options_from(args, runs=30, quick_runs=10)
+    threading = bench.configure_threads(options.threads)
+    rows = []
+    for architecture in args.models.split(","):
+        for exporter in args.exporters.split(","):
+            try:
+                source = cached_export(architecture, exporter, True, cache)
+                bound = cached_export(architecture, exporter, False, cache)
+            except Exception as error:  # reported, the other exports still run
+                failures.append(f"{architecture} {exporter}: {type(error).__name__}: {error}"[:300])
+                print(f"export failed: {failures[-1]}", file=sys.stderr, flush=True)
+                continue
+            subject = pipelines.Subject(f"{architecture} {exporter}", source, architecture)
+            models, built = pipelines.prepare(subject)
+            models[NO_NORMS] = onnx.load(bound)
+            for sequence in (int(n) for n in args.sequences.split(",")):
+                name = f"{architecture} {exporter} seq {sequence}"
+                dims = {"sequence": sequence}
+                rows.extend(pipelines.time_rows(name, models, built, dims, options, threading))
+                print(f"done {name}", file=sys.stderr, flush=True)
+            del models
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="bert,llama")
+    parser.add_argument("--exporters", default="torchscript,dynamo")
+    parser.add_argument("--sequences", default="128,1")
+    parser.add_argument("--cache", type=Path, help="keep exports here (reused when present)")
+    pipelines.parse_common(parser)
+    args = parser.parse_args()
+    failures: list[str] = []
+    if args.cache:
+        args.cache.mkdir(parents=True, exist_ok=True)
+        rows = run_all(args, args.cache, failures)
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            rows = run_all(args, Path(folder), failures)
+    options = pipelines.options_from(args, runs=30, quick_runs=10)
+    text = "\n\n".join(
+        [
+            pipelines.header(options, str(options.threads)),
+            pipelines.latency_table(rows, (*pipelines.PIPELINES, NO_NORMS)),
+            pipelines.fusion_table(rows),
+            *(f"export failed: {failure}" for failure in failures),
+        ]
+    )
+    pipelines.write(args, text + "\n", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
