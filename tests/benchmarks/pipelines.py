@@ -10,7 +10,8 @@ actually ran, the optimizer's own fusion statistics (`get_fused_operator_statist
 Skip*LayerNormalization, GELU) in each order, how many sites normfuse fused in each order, and
 the largest output difference from the original (ORT level disable). "best / optimizer" is the
 faster of the two normfuse+optimizer orders against the optimizer alone, from the same paired
-rounds.
+rounds. The last column times the original again (an A/A control): its distance from 1 is this
+row's systematic noise, which the bootstrap interval does not cover.
 
 Run on demand (not part of the test suite), from the repository root, with the `benchmarks` extra:
 
@@ -55,6 +56,9 @@ ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF = (
     "onnxslim>normfuse",
 )
 PIPELINES = (ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF)
+# The original again, timed last: an A/A control. Byte-identical models timed side by side here
+# differed by up to ~5% (beyond their bootstrap intervals), so each row shows its own.
+CONTROL = "original again (A/A)"
 FUSED_GROUPS = {
     "attn": ("Attention", "MultiHeadAttention", "GroupQueryAttention"),
     "skip": ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization"),
@@ -167,7 +171,15 @@ def prepare(subject: Subject) -> tuple[dict[str, onnx.ModelProto], dict[str, Bui
     """Every pipeline's output model for `subject`, and how each was built."""
     with tempfile.TemporaryDirectory() as folder:
         built = build_pipelines(subject, Path(folder))
-        return {name: onnx.load(item.path) for name, item in built.items()}, built
+        models = {name: onnx.load(item.path) for name, item in built.items()}
+    return models, built
+
+
+def with_control(models: dict[str, onnx.ModelProto]) -> dict[str, onnx.ModelProto]:
+    """`models` with a copy of the original appended (timed last, as the A/A control)."""
+    control = onnx.ModelProto()
+    control.CopyFrom(models[ORIGINAL])
+    return {**models, CONTROL: control}
 
 
 def time_rows(
@@ -213,7 +225,7 @@ def measure(
 ) -> list[dict]:
     """Build and time every pipeline for `subject`; one row per ORT level."""
     models, built = prepare(subject)
-    return time_rows(subject.name, models, built, subject.dims, options, threading)
+    return time_rows(subject.name, with_control(models), built, subject.dims, options, threading)
 
 
 def cell(pair: list) -> str:
@@ -335,7 +347,11 @@ def main() -> int:
         rows.extend(measure(subject, options, threading))
         print(f"done {subject.name}", file=sys.stderr, flush=True)
     text = "\n\n".join(
-        [header(options, threading.label), latency_table(rows, PIPELINES), fusion_table(rows)]
+        [
+            header(options, threading.label),
+            latency_table(rows, (*PIPELINES, CONTROL)),
+            fusion_table(rows),
+        ]
     )
     write(args, text + "\n", rows)
     return 0

@@ -105,8 +105,11 @@ def export(architecture: str, exporter: str, norms: bool, path: Path) -> None:
     }
     args = tuple(inputs[name] for name in names)
     dynamo = exporter == "dynamo"
-    # The dynamo exporter converts input axes only (an output's makes the conversion fail).
-    axes = {name: {1: "sequence"} for name in [*names, *([] if dynamo else ["last_hidden_state"])]}
+    if dynamo:  # converting `dynamic_axes` fails for BERT-base in torch 2.13: give the shapes
+        sequence = torch.export.Dim("sequence", min=1, max=512)
+        axes = {"dynamic_shapes": tuple({1: sequence} for _ in names)}
+    else:
+        axes = {"dynamic_axes": {name: {1: "sequence"} for name in [*names, "last_hidden_state"]}}
     with torch.no_grad():
         torch.onnx.export(
             _Positional(model, names),
@@ -116,7 +119,7 @@ def export(architecture: str, exporter: str, norms: bool, path: Path) -> None:
             opset_version=DYNAMO_OPSET if dynamo else OPSETS[(architecture, exporter)],
             input_names=names,
             output_names=["last_hidden_state"],
-            dynamic_axes=axes,
+            **axes,
             **({"external_data": False} if dynamo else {"do_constant_folding": True}),
         )
 
@@ -152,7 +155,7 @@ def run_all(args: argparse.Namespace, cache: Path, failures: list[str]) -> list[
                 continue
             subject = pipelines.Subject(f"{architecture} {exporter}", source, architecture)
             models, built = pipelines.prepare(subject)
-            models[NO_NORMS] = onnx.load(bound)
+            models = pipelines.with_control({**models, NO_NORMS: onnx.load(bound)})
             for sequence in (int(n) for n in args.sequences.split(",")):
                 name = f"{architecture} {exporter} seq {sequence}"
                 dims = {"sequence": sequence}
@@ -181,7 +184,7 @@ def main() -> int:
     text = "\n\n".join(
         [
             pipelines.header(options, str(options.threads)),
-            pipelines.latency_table(rows, (*pipelines.PIPELINES, NO_NORMS)),
+            pipelines.latency_table(rows, (*pipelines.PIPELINES, NO_NORMS, pipelines.CONTROL)),
             pipelines.fusion_table(rows),
             *(f"export failed: {failure}" for failure in failures),
         ]
