@@ -192,13 +192,14 @@ def time_rows(
 ) -> list[dict]:
     """Time `models` side by side at `dims` (the pipelines' outputs first, then any others);
     one row per ORT level."""
-    differences = max_differences({n: models[n] for n in PIPELINES}, dims)
+    differences = max_differences({n: models[n] for n in PIPELINES if n in models}, dims)
     bench_models = [bench.BenchModel(label, model) for label, model in models.items()]
     report = bench.run(bench_models, dataclasses.replace(options, dims=dims), threading)
     rows = []
     for level in options.levels:
         timings = {t.model: t for t in report.timings if t.level == level}
-        best = min((NF_OPT, OPT_NF), key=lambda n: float(np.median(timings[n].samples)))
+        orders = [n for n in (NF_OPT, OPT_NF) if n in timings]
+        best = min(orders, key=lambda n: float(np.median(timings[n].samples)))
         best_ratio, best_interval = bench.ratio_with_interval(
             timings[OPT].samples, timings[best].samples, options.seed
         )
@@ -293,7 +294,7 @@ def fusion_table(rows: list[dict]) -> str:
         lines.append(
             f"| {row['model']} | {sites[NF]}; {sites[OPT_NF]}; {sites[SLIM_NF]} | "
             f"{fused(stats[OPT])}; {fused(stats[NF_OPT])} | "
-            + "; ".join(f"{diff[name]:.1e}" for name in PIPELINES[1:])
+            + "; ".join(f"{diff[name]:.1e}" if name in diff else "-" for name in PIPELINES[1:])
             + " |"
         )
     return "\n".join(lines)

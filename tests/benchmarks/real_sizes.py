@@ -142,6 +142,7 @@ def cached_export(architecture: str, exporter: str, norms: bool, cache: Path) ->
 def run_all(args: argparse.Namespace, cache: Path, failures: list[str]) -> list[dict]:
     """Time every requested model, exporter and sequence; failed exports go to `failures`."""
     options = pipelines.options_from(args, runs=30, quick_runs=10)
+    chosen = {pipelines.ORIGINAL, *args.pipelines.split(",")}
     threading = bench.configure_threads(options.threads)
     rows = []
     for architecture in args.models.split(","):
@@ -155,14 +156,31 @@ def run_all(args: argparse.Namespace, cache: Path, failures: list[str]) -> list[
                 continue
             subject = pipelines.Subject(f"{architecture} {exporter}", source, architecture)
             models, built = pipelines.prepare(subject)
-            models = pipelines.with_control({**models, NO_NORMS: onnx.load(bound)})
+            kept = {name: models[name] for name in pipelines.PIPELINES if name in chosen}
+            del models  # each kept model is held twice more (protobuf, ORT session): memory
+            models = pipelines.with_control({**kept, NO_NORMS: onnx.load(bound)})
             for sequence in (int(n) for n in args.sequences.split(",")):
                 name = f"{architecture} {exporter} seq {sequence}"
                 dims = {"sequence": sequence}
                 rows.extend(pipelines.time_rows(name, models, built, dims, options, threading))
                 print(f"done {name}", file=sys.stderr, flush=True)
+                report(args, rows, failures)  # so far: a later crash keeps these
             del models
     return rows
+
+
+def report(args: argparse.Namespace, rows: list[dict], failures: list[str]) -> None:
+    options = pipelines.options_from(args, runs=30, quick_runs=10)
+    names = [n for n in pipelines.PIPELINES if rows and n in rows[0]["ratios"]]
+    text = "\n\n".join(
+        [
+            pipelines.header(options, str(options.threads)),
+            pipelines.latency_table(rows, (*names, NO_NORMS, pipelines.CONTROL)),
+            pipelines.fusion_table(rows),
+            *(f"export failed: {failure}" for failure in failures),
+        ]
+    )
+    pipelines.write(args, text + "\n", rows)
 
 
 def main() -> int:
@@ -170,6 +188,12 @@ def main() -> int:
     parser.add_argument("--models", default="bert,llama")
     parser.add_argument("--exporters", default="torchscript,dynamo")
     parser.add_argument("--sequences", default="128,1")
+    parser.add_argument(
+        "--pipelines",
+        default=",".join(pipelines.PIPELINES[1:]),
+        help="comma-separated pipelines to time besides the original (fewer: less memory; "
+        "every session holds its own prepacked weights)",
+    )
     parser.add_argument("--cache", type=Path, help="keep exports here (reused when present)")
     pipelines.parse_common(parser)
     args = parser.parse_args()
@@ -180,16 +204,7 @@ def main() -> int:
     else:
         with tempfile.TemporaryDirectory() as folder:
             rows = run_all(args, Path(folder), failures)
-    options = pipelines.options_from(args, runs=30, quick_runs=10)
-    text = "\n\n".join(
-        [
-            pipelines.header(options, str(options.threads)),
-            pipelines.latency_table(rows, (*pipelines.PIPELINES, NO_NORMS, pipelines.CONTROL)),
-            pipelines.fusion_table(rows),
-            *(f"export failed: {failure}" for failure in failures),
-        ]
-    )
-    pipelines.write(args, text + "\n", rows)
+    report(args, rows, failures)
     return 0
 
 
