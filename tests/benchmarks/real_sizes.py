@@ -105,9 +105,9 @@ def export(architecture: str, exporter: str, norms: bool, path: Path) -> None:
     }
     args = tuple(inputs[name] for name in names)
     dynamo = exporter == "dynamo"
-    if dynamo:  # converting `dynamic_axes` fails for BERT-base in torch 2.13: give the shapes
+    if dynamo:  # one entry, for `forward(*args)`, holding each positional input's axes
         sequence = torch.export.Dim("sequence", min=1, max=512)
-        axes = {"dynamic_shapes": tuple({1: sequence} for _ in names)}
+        axes = {"dynamic_shapes": (tuple({1: sequence} for _ in names),)}
     else:
         axes = {"dynamic_axes": {name: {1: "sequence"} for name in [*names, "last_hidden_state"]}}
     with torch.no_grad():
