@@ -21,6 +21,7 @@ Exports go to `--cache DIR` (reused when present) or a temporary folder removed 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -151,7 +152,8 @@ def run_all(args: argparse.Namespace, cache: Path, failures: list[str]) -> list[
                 source = cached_export(architecture, exporter, True, cache)
                 bound = cached_export(architecture, exporter, False, cache)
             except Exception as error:  # reported, the other exports still run
-                failures.append(f"{architecture} {exporter}: {type(error).__name__}: {error}"[:300])
+                message = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(error).__name__}: {error}")
+                failures.append(f"{architecture} {exporter}: {message}"[:300])
                 print(f"export failed: {failures[-1]}", file=sys.stderr, flush=True)
                 continue
             subject = pipelines.Subject(f"{architecture} {exporter}", source, architecture)
