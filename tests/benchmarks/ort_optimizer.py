@@ -15,6 +15,10 @@ ORT_MODEL_TYPES = {
     "convnext": "vit",
     "gpt_neox": "gpt_neox",
     "whisper_encoder": "bert",
+    "qwen3": "qwen3",
+    "unet_block": "unet",
+    "vae_mid_block": "vae",
+    "vae_mid_block_hand_written": "vae",
 }
 
 
