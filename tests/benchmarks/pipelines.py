@@ -343,15 +343,21 @@ def main() -> int:
     args = parser.parse_args()
     options = options_from(args, runs=200, quick_runs=60)
     threading = bench.configure_threads(options.threads)
-    rows = []
+    rows, failures = [], []
     for subject in subjects(args.models.split(",") if args.models else []):
-        rows.extend(measure(subject, options, threading))
+        try:
+            rows.extend(measure(subject, options, threading))
+        except Exception as error:  # e.g. a pipeline's output that CPU sessions cannot run
+            failures.append(f"{subject.name}: {type(error).__name__}: {error}"[:300])
+            print(f"failed {failures[-1]}", file=sys.stderr, flush=True)
+            continue
         print(f"done {subject.name}", file=sys.stderr, flush=True)
     text = "\n\n".join(
         [
             header(options, threading.label),
             latency_table(rows, (*PIPELINES, CONTROL)),
             fusion_table(rows),
+            *(f"not timed: {failure}" for failure in failures),
         ]
     )
     write(args, text + "\n", rows)
