@@ -394,7 +394,12 @@ def fused_site(
     """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias]),
     also producing `extra_outputs` (LayerNormalization's Mean and InvStdDev)."""
     _check_output_type(match.root, io, context)
-    _check_constant_ranks(match, len(known_shape(match["x"], context)), context)
+    shape = known_shape(match["x"], context)
+    _check_constant_ranks(match, len(shape), context)
+    # Every pass's patterns bind exponents whose value is checked after matching; the net for
+    # all of them is here, so a pass that forgets its own check cannot emit a wrong site.
+    check_exponents(match, context)
+    check_square_exponent(match, context, shape)
     emission = context.emissions[kind]
     if emission is None:
         raise Reject("opset-too-low", _opset_too_low(kind, context))
