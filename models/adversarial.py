@@ -21,13 +21,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from models.adversarial_build import (
     BOOL,
-    F,
     F16,
     F64,
     I32,
     I64,
     NP,
     SHAPE,
+    F,
     G,
     body,
     ln,
@@ -104,7 +104,7 @@ def profile_array(shape, dtype, profile: str, seed: int) -> np.ndarray:
     elif profile == "tiny":
         a = rng.normal(0.0, 1.0, shape) * 1e-4
     elif profile == "constant":
-        rows = rng.normal(1.0, 2.0, shape[:-1] + (1,)) if shape else rng.normal(1.0, 2.0, ())
+        rows = rng.normal(1.0, 2.0, (*shape[:-1], 1)) if shape else rng.normal(1.0, 2.0, ())
         a = np.broadcast_to(rows, shape).copy()
     elif profile == "negative":
         a = -(np.abs(rng.normal(0.0, 2.0, shape)) + 0.1)
@@ -247,7 +247,7 @@ def _with_named(norm: str, names: dict, overridable=(), opset=17, **kw):
 def _class1() -> None:
     gamma = np.linspace(0.5, 1.5, 16, dtype=np.float32)
     beta = np.linspace(-0.5, 0.5, 16, dtype=np.float32)
-    for norm, kind in (("ln", "layer-norm"), ("rms", "rms-norm")):
+    for norm in ("ln", "rms"):
         eps = 1e-5 if norm == "ln" else 1e-6
         constant_args = {
             "eps": ("eps", eps, np.float32(0.5), {}),
@@ -960,7 +960,9 @@ def _nested_if_in_loop() -> onnx.ModelProto:
     ln(e, "h", eps="eps", out="e_out")
     b = G("loop_")
     b.nodes.append(
-        _if_node("c", body(t, [], [("t_out", F, SHAPE)]), body(e, [], [("e_out", F, SHAPE)]), ["h_out"])
+        _if_node(
+            "c", body(t, [], [("t_out", F, SHAPE)]), body(e, [], [("e_out", F, SHAPE)]), ["h_out"]
+        )
     )
     b.op("Identity", ["cond_in"], "cond_out")
     loop_body = body(
@@ -1002,7 +1004,10 @@ def _class2() -> None:
         "2",
         "outer gamma [5,16] with equal rows; the then-branch shadows it with a per-token [5,16]",
         _scope_inner_norms(
-            np.linspace(0.1, 2.0, 80).reshape(5, 16), None, shadow_eps=False, outer_gamma_shape=(5, 16)
+            np.linspace(0.1, 2.0, 80).reshape(5, 16),
+            None,
+            shadow_eps=False,
+            outer_gamma_shape=(5, 16),
         ),
         EITHER,
         fixed=both,
@@ -1026,7 +1031,7 @@ def _class2() -> None:
     case(
         "scope_sibling_shadows_gamma_reader_uses_outer",
         "2",
-        "then-branch reads the outer gamma [5,16] (equal rows); the else-branch shadows it per token",
+        "then-branch reads the outer gamma [5,16] (equal rows); else-branch shadows it per token",
         _branch_reads_outer_gamma_sibling_shadows,
         EITHER,
         fixed=both,
@@ -1120,7 +1125,17 @@ def _reshaped_norm(norm: str, axes, claim, out_shape, var="mean", divisor=None, 
         g.op("Reshape", ["inp", "s"], "r")
         f = ln if norm == "ln" else rms
         kwargs = {"beta": None} if norm == "ln" else {}
-        f(g, "r", axes=axes, gamma=None, var=var, divisor=divisor, out="y", shape=(2, 5, 16), **kwargs)
+        f(
+            g,
+            "r",
+            axes=axes,
+            gamma=None,
+            var=var,
+            divisor=divisor,
+            out="y",
+            shape=(2, 5, 16),
+            **kwargs,
+        )
         value_info = [(vi_on, F, claim)] if claim is not None else []
         return model(
             g,
@@ -1137,7 +1152,20 @@ def _reshaped_nearest(norm: str, axis: int = -1, eps: float = 1e-5):
         g = G()
         g.op("Reshape", ["inp", "s"], "r")
         op = "LayerNormalization" if norm == "ln" else "SimplifiedLayerNormalization"
-        scale = g.op("Expand", [g.init(1.0), g.op("Slice", [g.op("Shape", ["r"]), g.init([axis], dtype=np.int64), g.init([2**62], dtype=np.int64)])])
+        scale = g.op(
+            "Expand",
+            [
+                g.init(1.0),
+                g.op(
+                    "Slice",
+                    [
+                        g.op("Shape", ["r"]),
+                        g.init([axis], dtype=np.int64),
+                        g.init([2**62], dtype=np.int64),
+                    ],
+                ),
+            ],
+        )
         g.nodes.append(helper.make_node(op, ["r", scale], ["y"], axis=axis, epsilon=eps))
         m = model(g, [], [])
         m.graph.ClearField("input")
@@ -1233,7 +1261,7 @@ def _class3() -> None:
             f"{norm} over axis -1 of a tensor of unknown rank: exact whatever the rank",
             _reshaped_norm(norm, (-1,), None, (2, 5, 16)),
             EITHER,
-            fixed=rank4 + ({"s": np.array([10, 16], np.int64)},),
+            fixed=(*rank4, {"s": np.array([10, 16], np.int64)}),
         )
     case(
         "ln_claimed_rank3_actual_rank4_axes_1_2",
@@ -1252,14 +1280,12 @@ def _class3() -> None:
         EITHER,
         fixed=({"c": np.array(True)}, {"c": np.array(False)}),
     )
+
+
 # ================================================================ class 6: local functions
 
 
-def _ref(name: str, ref: str, attr_type) -> onnx.AttributeProto:
-    return helper.make_attribute_ref(name, attr_type)
-
-
-def _fn_ln(kind: str, shape=SHAPE) -> onnx.FunctionProto:
+def _fn_ln(kind: str) -> onnx.FunctionProto:
     """A local function `LN(x)` whose body takes axes (@ax), keepdims (@kd) or epsilon (@eps)
     or gamma (@g) from the caller's attributes, per `kind`."""
     A = onnx.AttributeProto
@@ -1290,11 +1316,7 @@ def _fn_ln(kind: str, shape=SHAPE) -> onnx.FunctionProto:
     nodes.append(helper.make_node("Sqrt", ["shifted"], ["std"]))
     nodes.append(helper.make_node("Div", ["cent", "std"], ["normed"]))
     if kind == "gamma":
-        nodes.append(
-            helper.make_node("Constant", [], ["g"], value_floats=None)
-            if False
-            else _gamma_ref_node()
-        )
+        nodes.append(_gamma_ref_node())
         nodes.append(helper.make_node("Mul", ["normed", "g"], ["y"]))
     else:
         nodes.append(helper.make_node("Identity", ["normed"], ["y"]))
@@ -1313,7 +1335,7 @@ def _gamma_ref_node() -> onnx.NodeProto:
 
 def _fn_model(kind: str, calls: list[dict], shape=SHAPE, wrap_if=False) -> Callable:
     def build():
-        fn = _fn_ln(kind, shape)
+        fn = _fn_ln(kind)
         nodes, outputs = [], []
         for index, attrs in enumerate(calls):
             nodes.append(
@@ -1329,7 +1351,11 @@ def _fn_model(kind: str, calls: list[dict], shape=SHAPE, wrap_if=False) -> Calla
             )
             nodes = [
                 helper.make_node(
-                    "If", ["c"], [f"z{i}" for i in range(len(calls))], then_branch=then_g, else_branch=else_g
+                    "If",
+                    ["c"],
+                    [f"z{i}" for i in range(len(calls))],
+                    then_branch=then_g,
+                    else_branch=else_g,
                 )
             ]
             outputs = [vi(f"z{i}", F, shape) for i in range(len(calls))]
@@ -1409,7 +1435,9 @@ def _fn_eps_input() -> onnx.ModelProto:
         helper.make_node("Sqrt", ["shifted"], ["std"]),
         helper.make_node("Div", ["cent", "std"], ["y"]),
     ]
-    fn = helper.make_function("local", "LNe", ["x", "e"], ["y"], nodes, [helper.make_opsetid("", 17)])
+    fn = helper.make_function(
+        "local", "LNe", ["x", "e"], ["y"], nodes, [helper.make_opsetid("", 17)]
+    )
     calls = [
         helper.make_node("LNe", ["x", "e1"], ["y0"], domain="local"),
         helper.make_node("LNe", ["x", "e2"], ["y1"], domain="local"),
@@ -1419,7 +1447,10 @@ def _fn_eps_input() -> onnx.ModelProto:
         "fn_input",
         [vi("x", F, SHAPE)],
         [vi("y0", F, SHAPE), vi("y1", F, SHAPE)],
-        [numpy_helper.from_array(np.float32(1e-5), "e1"), numpy_helper.from_array(np.float32(0.5), "e2")],
+        [
+            numpy_helper.from_array(np.float32(1e-5), "e1"),
+            numpy_helper.from_array(np.float32(0.5), "e2"),
+        ],
     )
     m = helper.make_model(
         graph,
@@ -1575,7 +1606,10 @@ def _class7() -> None:
         beta = (16,) if norm == "ln" else None
         variants = {
             "baseline": ({}, FUSE(kind)),
-            "gamma_3d": ({"gamma_shape": (1, 1, 16), "beta_shape": (1, 1, 16) if beta else None}, EITHER),
+            "gamma_3d": (
+                {"gamma_shape": (1, 1, 16), "beta_shape": (1, 1, 16) if beta else None},
+                EITHER,
+            ),
             "gamma_2d": ({"gamma_shape": (1, 16), "beta_shape": (1, 16) if beta else None}, EITHER),
             "x_last_dim_1": ({"x_shape": (2, 5, 1)}, EITHER),
             "skip_last_dim_1": ({"skip_shape": (2, 5, 1)}, EITHER),
@@ -1667,9 +1701,7 @@ def _outputs_case(kind: str):
             outputs.append(("a", F, SHAPE))
         elif kind == "norm_output_is_input_to_next_norm_stats_only":
             a = ln(g, "x", out="y")
-            b2 = G("b_")
             ln(g, "x", stat_src=a, out="z")
-            del b2
             outputs.append(("z", F, SHAPE))
         return model(g, inputs, outputs)
 
@@ -1690,7 +1722,13 @@ def _class8() -> None:
         "norm_output_is_input_to_next_norm_stats_only": Expect("fuse", {"layer-norm": 1}),
     }
     for kind, expect in kinds.items():
-        case(f"out_{kind}", "8", f"graph outputs: {kind.replace('_', ' ')}", _outputs_case(kind), expect)
+        case(
+            f"out_{kind}",
+            "8",
+            f"graph outputs: {kind.replace('_', ' ')}",
+            _outputs_case(kind),
+            expect,
+        )
 
 
 # ================================================================ class 9: validation
@@ -1723,7 +1761,9 @@ def _branch_case(then_kind: str, cond: str = "input"):
         else:
             ln(e, "x", out="e_out")
         g.nodes.append(
-            _if_node(c, body(t, [], [("t_out", F, SHAPE)]), body(e, [], [("e_out", F, SHAPE)]), ["y"])
+            _if_node(
+                c, body(t, [], [("t_out", F, SHAPE)]), body(e, [], [("e_out", F, SHAPE)]), ["y"]
+            )
         )
         return model(g, inputs)
 
@@ -1804,6 +1844,8 @@ def _class9() -> None:
         _fp16_overflow,
         FUSE(),
     )
+
+
 # ================================================================ hazards
 
 
@@ -1926,7 +1968,12 @@ def _hazards() -> None:
             KEEP(*(reason,) if reason else ()),
             evidence=nearest("ln"),
         )
-    for variant in ("sub_negative_eps", "sqrt_pow_0_5", "gamma_before_divide", "centered_via_neg_add"):
+    for variant in (
+        "sub_negative_eps",
+        "sqrt_pow_0_5",
+        "gamma_before_divide",
+        "centered_via_neg_add",
+    ):
         case(
             f"odd_ln_{variant}",
             "exact-odd",
@@ -1947,13 +1994,28 @@ def _hazards() -> None:
         "divisor_d_plus_1": ({"var": "sum", "divisor": 17.0}, ("variance-divisor",)),
         "epsilon_outside_sqrt": ({"eps_outside": True}, ("epsilon-outside-sqrt",)),
         "mean_last_var_two": ({"axes": (-1,), "var_axes": (-2, -1)}, ("mismatched-axes",)),
-        "mean_two_var_last": ({"axes": (-2, -1), "var_axes": (-1,), "gamma": None, "beta": None}, ("mismatched-axes",)),
+        "mean_two_var_last": (
+            {"axes": (-2, -1), "var_axes": (-1,), "gamma": None, "beta": None},
+            ("mismatched-axes",),
+        ),
         "batch_axes_all": ({"axes": (0, 1, 2), "gamma": None, "beta": None}, ("batch-axis",)),
         "batch_axis_only": ({"axes": (0,), "gamma": None, "beta": None}, ("batch-axis",)),
-        "gamma_per_token": ({"gamma": np.linspace(0.1, 2, 80, dtype=np.float32).reshape(5, 16)}, ("gamma-shape",)),
-        "gamma_per_batch": ({"gamma": np.linspace(0.1, 2, 32, dtype=np.float32).reshape(2, 1, 16)}, ("gamma-shape",)),
-        "gamma_per_token_column": ({"gamma": np.linspace(0.1, 2, 5, dtype=np.float32).reshape(5, 1)}, ("gamma-shape",)),
-        "beta_per_token": ({"beta": np.linspace(-2, 2, 80, dtype=np.float32).reshape(5, 16)}, ("beta-shape",)),
+        "gamma_per_token": (
+            {"gamma": np.linspace(0.1, 2, 80, dtype=np.float32).reshape(5, 16)},
+            ("gamma-shape",),
+        ),
+        "gamma_per_batch": (
+            {"gamma": np.linspace(0.1, 2, 32, dtype=np.float32).reshape(2, 1, 16)},
+            ("gamma-shape",),
+        ),
+        "gamma_per_token_column": (
+            {"gamma": np.linspace(0.1, 2, 5, dtype=np.float32).reshape(5, 1)},
+            ("gamma-shape",),
+        ),
+        "beta_per_token": (
+            {"beta": np.linspace(-2, 2, 80, dtype=np.float32).reshape(5, 16)},
+            ("beta-shape",),
+        ),
         "negative_epsilon": ({"eps": -1e-5}, ("epsilon-not-positive",)),
         "zero_epsilon": ({"eps": 0.0}, ("epsilon-not-positive",)),
         "non_trailing_axis": ({"axes": (1,), "gamma": None, "beta": None}, ("non-trailing-axes",)),
@@ -1983,7 +2045,10 @@ def _hazards() -> None:
         "divisor_d_minus_1": ({"var": "sum", "divisor": 15.0}, ()),
         "non_trailing_axis": ({"axes": (1,), "gamma": None}, ("non-trailing-axes",)),
         "batch_axis": ({"axes": (0, 1, 2), "gamma": None}, ("batch-axis",)),
-        "gamma_per_token": ({"gamma": np.linspace(0.1, 2, 80, dtype=np.float32).reshape(5, 16)}, ("gamma-shape",)),
+        "gamma_per_token": (
+            {"gamma": np.linspace(0.1, 2, 80, dtype=np.float32).reshape(5, 16)},
+            ("gamma-shape",),
+        ),
         "negative_epsilon": ({"eps": -1e-6}, ("epsilon-not-positive",)),
         "cube": ({"exp": 3.0}, ()),
     }
@@ -2042,9 +2107,11 @@ def _odd_constants(form: str, norm: str = "ln"):
         if form == "constant_nodes":
             mk = g.const_node
         elif form == "identity":
+
             def mk(value):
                 return g.op("Identity", [g.init(value)])
         elif form == "double_identity":
+
             def mk(value):
                 return g.op("Identity", [g.op("Identity", [g.init(value)])])
         else:
@@ -2139,7 +2206,9 @@ def _builder_cases() -> None:
         "odd_builder_ln_f16_casts_around",
         "exact-odd",
         "float16 layer norm with Cast(float32) around the statistics",
-        lambda: builders.norm_model(builders.LayerNormSpec(casts="around"), shape=shape, dtype=np.float16),
+        lambda: builders.norm_model(
+            builders.LayerNormSpec(casts="around"), shape=shape, dtype=np.float16
+        ),
         FUSE(),
     )
     case(
@@ -2167,8 +2236,20 @@ def _exact_odd() -> None:
             _odd_constants(form, "rms"),
             FUSE("rms-norm"),
         )
-    case("odd_ln_all_commuted", "exact-odd", "every commutative operand swapped", _commuted("ln"), FUSE())
-    case("odd_rms_all_commuted", "exact-odd", "every commutative operand swapped", _commuted("rms"), FUSE("rms-norm"))
+    case(
+        "odd_ln_all_commuted",
+        "exact-odd",
+        "every commutative operand swapped",
+        _commuted("ln"),
+        FUSE(),
+    )
+    case(
+        "odd_rms_all_commuted",
+        "exact-odd",
+        "every commutative operand swapped",
+        _commuted("rms"),
+        FUSE("rms-norm"),
+    )
     case(
         "odd_ln_positive_axes_1_2",
         "exact-odd",
@@ -2176,7 +2257,13 @@ def _exact_odd() -> None:
         _simple("ln", axes=(1, 2), gamma=None, beta=None),
         FUSE(),
     )
-    case("odd_ln_rank4_three_axes", "exact-odd", "layer norm over (-3,-2,-1) of rank 4", _rank4_three_axes, FUSE())
+    case(
+        "odd_ln_rank4_three_axes",
+        "exact-odd",
+        "layer norm over (-3,-2,-1) of rank 4",
+        _rank4_three_axes,
+        FUSE(),
+    )
     case(
         "odd_ln_eps_shape_1_1_1",
         "exact-odd",
@@ -2188,7 +2275,11 @@ def _exact_odd() -> None:
         "odd_ln_gamma_2d_1_16",
         "exact-odd",
         "layer norm with gamma and beta [1,16]",
-        _simple("ln", gamma=np.linspace(0.5, 1.5, 16, dtype=np.float32).reshape(1, 16), beta=np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)),
+        _simple(
+            "ln",
+            gamma=np.linspace(0.5, 1.5, 16, dtype=np.float32).reshape(1, 16),
+            beta=np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16),
+        ),
         EITHER,
     )
     case(
@@ -2206,7 +2297,13 @@ def _exact_odd() -> None:
             _opset_variant("ln", opset),
             FUSE(),
         )
-    case("odd_rms_opset23", "exact-odd", "RMS norm at opset 23 (RMSNormalization exists)", _opset_variant("rms", 23), FUSE("rms-norm"))
+    case(
+        "odd_rms_opset23",
+        "exact-odd",
+        "RMS norm at opset 23 (RMSNormalization exists)",
+        _opset_variant("rms", 23),
+        FUSE("rms-norm"),
+    )
     for form in ("constant_node", "identity"):
         case(
             f"odd_ln_opset18_axes_{form}",
@@ -2246,7 +2343,19 @@ def _exact_odd() -> None:
     _builder_cases()
 
 
-for _register in (_class1, _class2, _class3, _class4, _class5, _class6, _class7, _class8, _class9, _hazards, _exact_odd):
+for _register in (
+    _class1,
+    _class2,
+    _class3,
+    _class4,
+    _class5,
+    _class6,
+    _class7,
+    _class8,
+    _class9,
+    _hazards,
+    _exact_odd,
+):
     _register()
 
 

@@ -68,7 +68,11 @@ class G:
         if axes_input is None:
             axes_input = self.opset >= 18 or (op_type == "ReduceSum" and self.opset >= 13)
         if axes_input:
-            name = axes if isinstance(axes, str) else self.init(list(axes), self.fresh("axes"), np.int64)
+            name = (
+                axes
+                if isinstance(axes, str)
+                else self.init(list(axes), self.fresh("axes"), np.int64)
+            )
             return self.op(op_type, [x, name], keepdims=keepdims)
         return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
 
@@ -121,7 +125,9 @@ def ln(
         variance = g.reduce("ReduceMean", square, v_axes, keepdims)
     else:
         total = g.reduce("ReduceSum", square, v_axes, keepdims)
-        count = divisor if divisor is not None else float(np.prod([shape[a] for a in dims_of(v_axes)]))
+        count = (
+            divisor if divisor is not None else float(np.prod([shape[a] for a in dims_of(v_axes)]))
+        )
         variance = g.op("Div", [total, g.ref(count, "divisor")])
     eps_name = g.ref(eps, "eps")
     if eps_outside:
@@ -201,7 +207,9 @@ def rms(
         mean_square = g.reduce("ReduceMean", square, axes)
     else:
         total = g.reduce("ReduceSum", square, axes)
-        count = divisor if divisor is not None else float(np.prod([shape[a] for a in dims_of(axes)]))
+        count = (
+            divisor if divisor is not None else float(np.prod([shape[a] for a in dims_of(axes)]))
+        )
         mean_square = g.op("Div", [total, g.ref(count, "divisor")])
     eps_name = g.ref(eps, "eps")
     numerator = num or x

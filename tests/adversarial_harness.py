@@ -53,14 +53,21 @@ def _to_double_graph(graph: onnx.GraphProto) -> None:
                 )
             if attr.type == onnx.AttributeProto.GRAPH:
                 _to_double_graph(attr.g)
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name in (
-            "value_float",
-            "value_floats",
+        if (
+            node.op_type == "Constant"
+            and node.attribute
+            and node.attribute[0].name
+            in (
+                "value_float",
+                "value_floats",
+            )
         ):
             attr = node.attribute[0]
             value = np.float64(attr.f) if attr.name == "value_float" else np.array(attr.floats)
             node.ClearField("attribute")
-            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+            node.attribute.append(
+                onnx.helper.make_attribute("value", numpy_helper.from_array(value))
+            )
 
 
 def float64_model(m: onnx.ModelProto) -> onnx.ModelProto | None:
@@ -71,7 +78,7 @@ def float64_model(m: onnx.ModelProto) -> onnx.ModelProto | None:
     _to_double_graph(out.graph)
     try:
         session(out)
-    except Exception:  # noqa: BLE001 - a model that does not convert has no reference
+    except Exception:
         return None
     return out
 
@@ -91,7 +98,9 @@ def compare(originals, candidates, dtype, references=None) -> Comparison:
     worst, details = 0.0, []
     for index, (o, c) in enumerate(zip(originals, candidates, strict=True)):
         if o.shape != c.shape or o.dtype != c.dtype:
-            return Comparison(False, float("inf"), f"output {index}: {c.dtype}{c.shape} vs {o.dtype}{o.shape}")
+            return Comparison(
+                False, float("inf"), f"output {index}: {c.dtype}{c.shape} vs {o.dtype}{o.shape}"
+            )
         if not np.issubdtype(o.dtype, np.floating):
             if not np.array_equal(o, c):
                 return Comparison(False, float("inf"), f"output {index}: integers differ")
@@ -111,5 +120,7 @@ def compare(originals, candidates, dtype, references=None) -> Comparison:
             nan_mismatch = int((bad & ~finite).sum())
             value = float(diff[bad & finite].max()) if (bad & finite).any() else float("inf")
             worst = max(worst, value)
-            details.append(f"output {index}: max abs diff {value:.3g}, {nan_mismatch} NaN/Inf mismatches")
+            details.append(
+                f"output {index}: max abs diff {value:.3g}, {nan_mismatch} NaN/Inf mismatches"
+            )
     return Comparison(not details, worst, "; ".join(details))

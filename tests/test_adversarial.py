@@ -31,7 +31,7 @@ def _params(cases):
     ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _original(name: str):
     """The case's model, its feed sets and the original's outputs on each (built once)."""
     case = BY_NAME[name]
@@ -41,7 +41,7 @@ def _original(name: str):
     return m, feeds, [s.run(None, f) for _, f in feeds]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference_session(name: str):
     m64 = float64_model(_original(name)[0])
     return session(m64) if m64 is not None else None
@@ -51,7 +51,10 @@ def _reference(name: str, feeds: dict):
     s = _reference_session(name)
     if s is None:
         return None
-    cast = {k: v.astype(np.float64) if v.dtype in (np.float16, np.float32) else v for k, v in feeds.items()}
+    cast = {
+        k: v.astype(np.float64) if v.dtype in (np.float16, np.float32) else v
+        for k, v in feeds.items()
+    }
     return s.run(None, cast)
 
 
@@ -103,8 +106,10 @@ def check_case(case: Case, config: str) -> list[str]:
         result = normfuse.optimize(m, **_options(config, m))
     except normfuse.NormfuseError as error:
         return [] if case.refusal_ok else [f"REFUSED NormfuseError: {error}"]
-    except Exception as error:  # noqa: BLE001 - any other exception is the finding
-        return [f"CRASH {type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"]
+    except Exception as error:
+        return [
+            f"CRASH {type(error).__name__}: {str(error).splitlines()[-1] if str(error) else ''}"
+        ]
     problems = []
     if m.SerializeToString() != before:
         problems.append("INPUT-MODIFIED the input ModelProto was changed")
@@ -121,13 +126,13 @@ def check_case(case: Case, config: str) -> list[str]:
         )
     try:
         candidate = session(out)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         return [*problems, f"UNRUNNABLE {str(error).splitlines()[0][:300]}"]
     dtype = narrowest_float(m)
     for (label, feeds), originals in zip(feed_sets, expected, strict=True):
         try:
             outputs = candidate.run(None, feeds)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             problems.append(f"UNRUNNABLE on {label}: {str(error).splitlines()[0][:300]}")
             break
         verdict = compare(originals, outputs, dtype)
@@ -150,14 +155,17 @@ def _check_expectation(case: Case, config: str, m: onnx.ModelProto, report) -> l
     sites, dropped = _expected_sites(case, config, m)
     if expect.outcome == "fuse":
         problems = [
-            f"EXPECT-FUSE {kind}: {fused.count(kind)} sites, expected >= {count} (near-misses {reasons})"
+            f"EXPECT-FUSE {kind}: {fused.count(kind)} sites, expected >= {count} "
+            f"(near-misses {reasons})"
             for kind, count in sites.items()
             if fused.count(kind) < count
         ]
         if dropped and not sites and "opset-too-low" not in reasons:
             problems.append(f"EXPECT-REASON opset-too-low missing (near-misses {reasons})")
         if expect.max_sites is not None and len(fused) > expect.max_sites:
-            problems.append(f"EXPECT-KEEP {len(fused)} sites fused, at most {expect.max_sites}: {fused}")
+            problems.append(
+                f"EXPECT-KEEP {len(fused)} sites fused, at most {expect.max_sites}: {fused}"
+            )
         return problems
     if expect.outcome == "keep":
         problems = []
