@@ -149,29 +149,43 @@ def _rename_outputs(graph: onnx.GraphProto, suffix: str) -> None:
 
 def _wrap(m: onnx.ModelProto, kind: str, draw) -> None:
     """Move the graph into an If then-branch (else: Identity) or a one-trip Loop body, and keep
-    a copy outside whose initializers have the same names and other values."""
+    a copy outside whose initializers have the same names and other values; the body shadows a
+    drawn subset of them and reads the others from the outer scope."""
     inner = copy.deepcopy(m.graph)
     _rename_outputs(inner, "_in")
+    keep = [draw(st.booleans()) for _ in inner.initializer]
+    if not all(keep):  # the body reads the rest from the outer scope
+        kept = [t for t, k in zip(inner.initializer, keep, strict=True) if k]
+        del inner.initializer[:]
+        inner.initializer.extend(kept)
     x = m.graph.input[0]
     outer = m.graph
     for tensor in outer.initializer:
         array = numpy_helper.to_array(tensor)
-        if array.dtype == np.float32 and array.size > 1:
-            tensor.CopyFrom(numpy_helper.from_array(array[::-1].copy(), tensor.name))
+        if array.dtype != np.float32 or (array.size == 1 and abs(float(array.flat[0])) >= 0.1):
+            continue  # exponents, divisors and ones stay, so the outer copy is still a norm
+        shadowed = array[::-1].copy() if array.size > 1 else array + np.float32(0.5)
+        tensor.CopyFrom(numpy_helper.from_array(shadowed, tensor.name))
     first_output = inner.output[0]
     out_type = first_output.type
     del inner.output[:]
     if kind == "wrap_if":
         inner.output.append(helper.make_value_info(first_output.name, out_type))
-        else_branch = helper.make_graph(
-            [helper.make_node("Identity", [x.name], ["else_out"])],
-            "else",
-            [],
-            [helper.make_value_info("else_out", out_type)],
-        )
+        else_nodes = [helper.make_node("Identity", [x.name], ["else_out"])]
+        else_outputs = [helper.make_value_info("else_out", out_type)]
+        outs = ["wrapped"]
+        vectors = [t.name for t in inner.initializer if list(t.dims) == [SHAPE[-1]]]
+        if vectors and draw(st.booleans()):  # plain consumers of a shadowed vector, both scopes
+            inner.node.append(helper.make_node("Mul", [x.name, vectors[0]], ["plain_in"]))
+            inner.output.append(helper.make_value_info("plain_in", out_type))
+            else_nodes.append(helper.make_node("Mul", [x.name, vectors[0]], ["else_plain"]))
+            else_outputs.append(helper.make_value_info("else_plain", out_type))
+            outs.append("wrapped_plain")
+            outer.output.append(helper.make_value_info("wrapped_plain", out_type))
+        else_branch = helper.make_graph(else_nodes, "else", [], else_outputs)
         del inner.input[:]
         node = helper.make_node(
-            "If", ["fuzz_cond"], ["wrapped"], then_branch=inner, else_branch=else_branch
+            "If", ["fuzz_cond"], outs, then_branch=inner, else_branch=else_branch
         )
         outer.input.append(helper.make_tensor_value_info("fuzz_cond", TensorProto.BOOL, []))
     else:
