@@ -26,7 +26,7 @@ import normfuse
 from models import builders
 from models.adversarial import feed_sets
 
-EXAMPLES = int(os.environ.get("NORMFUSE_FUZZ_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("NORMFUSE_FUZZ_EXAMPLES", "50"))
 SHAPE = (2, 5, 16)
 BASES = [
     *(("ln", name, spec) for name, spec in builders.LAYER_NORM_POSITIVES.items()),
@@ -213,7 +213,9 @@ def _wrap(m: onnx.ModelProto, kind: str, draw) -> None:
 def _mutated(draw) -> tuple[onnx.ModelProto, dict, tuple]:
     family, name, spec = draw(st.sampled_from(BASES))
     m = builders.norm_model(spec, shape=SHAPE, seed=draw(st.integers(0, 3)))
-    mutations = draw(st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=3))
+    # scope mutations drawn twice as often: they found the most wrong fusions
+    weighted = (*MUTATIONS, "wrap_if", "wrap_loop")
+    mutations = draw(st.lists(st.sampled_from(weighted), min_size=1, max_size=3))
     overrides: dict = {}
     for mutation in mutations:
         if mutation == "swap":
