@@ -2343,6 +2343,291 @@ def _exact_odd() -> None:
     _builder_cases()
 
 
+# ================================================ names, outputs, odd attributes
+
+
+def _collision(where: str, norm: str = "ln"):
+    """A tensor already named like the fused node's new constant inputs ("y/<Op>/input1")."""
+
+    def build():
+        g = G()
+        op = "LayerNormalization" if norm == "ln" else "SimplifiedLayerNormalization"
+        taken = f"y/{op}/input1"
+        inputs, outputs = [("x", F, SHAPE)], [("y", F, SHAPE)]
+        (ln if norm == "ln" else rms)(g, "x", out="y")
+        if where == "graph_input":
+            inputs.append((taken, F, (16,)))
+            g.op("Add", ["x", taken], "z")
+            outputs.append(("z", F, SHAPE))
+        elif where == "node_output":
+            g.op("Neg", ["x"], taken)
+            outputs.append((taken, F, SHAPE))
+        elif where == "initializer":
+            g.init(np.full(16, 7.0), taken)
+            g.op("Add", ["x", taken], "z")
+            outputs.append(("z", F, SHAPE))
+        elif where == "body_node_output":
+            t = G("then_")
+            t.op("Neg", ["x"], taken)
+            t.op("Identity", [taken], "t_out")
+            e = G("else_")
+            e.op("Identity", ["x"], "e_out")
+            g.nodes.append(
+                _if_node(
+                    "c",
+                    body(t, [], [("t_out", F, SHAPE)]),
+                    body(e, [], [("e_out", F, SHAPE)]),
+                    ["z"],
+                )
+            )
+            inputs.append(("c", BOOL, []))
+            outputs.append(("z", F, SHAPE))
+        elif where == "skip_graph_input":
+            g = G()
+            h = g.op("Add", ["x", "skip"], "h")
+            taken = "y/SkipLayerNormalization/input2"
+            ln(g, h, out="y")
+            inputs = [("x", F, SHAPE), ("skip", F, SHAPE), (taken, F, (16,))]
+            g.op("Add", ["x", taken], "z")
+            outputs.append(("z", F, SHAPE))
+        return model(g, inputs, outputs)
+
+    return build
+
+
+def _constant_as_output(which: str):
+    """A constant of the norm that is also a graph output (it must still be produced)."""
+
+    def build():
+        g = G()
+        outputs = [("y", F, SHAPE)]
+        if which == "eps_initializer":
+            g.init(1e-5, "eps")
+            ln(g, "x", eps="eps", out="y")
+            outputs.append(("eps", F, ()))
+        elif which == "eps_identity":
+            e = g.op("Identity", [g.init(1e-5)], "eps_id")
+            ln(g, "x", eps=e, out="y")
+            outputs.append(("eps_id", F, ()))
+        elif which == "exponent_constant_node":
+            two = g.const_node(2.0, "two_k")
+            ln(g, "x", exp=two, out="y")
+            outputs.append(("two_k", F, ()))
+        elif which == "gamma_initializer":
+            g.init(np.linspace(0.5, 1.5, 16), "gamma")
+            rms(g, "x", gamma="gamma", out="y")
+            outputs.append(("gamma", F, (16,)))
+        return model(g, outputs=outputs)
+
+    return build
+
+
+def _node_names(mode: str):
+    """Two norms whose nodes all share one name, or have none."""
+
+    def build():
+        g = G()
+        a = ln(g, "x")
+        rms(g, a, out="y")
+        for node in g.nodes:
+            node.name = "" if mode == "empty" else "dup"
+        return model(g)
+
+    return build
+
+
+def _noop_empty_axes(noop: int):
+    def build():
+        g = G(opset=18)
+        m = g.op("ReduceMean", ["x"], keepdims=1, noop_with_empty_axes=noop)
+        c = g.op("Sub", ["x", m])
+        v = g.op("ReduceMean", [g.op("Mul", [c, c])], keepdims=1, noop_with_empty_axes=noop)
+        g.op("Div", [c, g.op("Sqrt", [g.op("Add", [v, g.init(1e-5)])])], "y")
+        return model(g)
+
+    return build
+
+
+def _no_keepdims_attribute() -> onnx.ModelProto:
+    g = G()
+    m = g.op("ReduceMean", ["x"], axes=[-1])
+    c = g.op("Sub", ["x", m])
+    v = g.op("ReduceMean", [g.op("Mul", [c, c])], axes=[-1])
+    g.op("Div", [c, g.op("Sqrt", [g.op("Add", [v, g.init(1e-5)])])], "y")
+    return model(g)
+
+
+def _value_int_exponent() -> onnx.ModelProto:
+    g = G()
+    two = g.fresh("two")
+    g.nodes.append(helper.make_node("Constant", [], [two], value_int=2))
+    ln(g, "x", exp=two, out="y")
+    return model(g)
+
+
+def _outer_overridable_eps_in_body(shadow: bool):
+    def build():
+        g = G()
+        g.init(1e-5, "eps")
+        t = G("then_")
+        if shadow:
+            t.init(0.5, "eps")
+        ln(t, "x", eps="eps", out="t_out")
+        e = G("else_")
+        e.op("Identity", ["x"], "e_out")
+        g.nodes.append(
+            _if_node(
+                "c", body(t, [], [("t_out", F, SHAPE)]), body(e, [], [("e_out", F, SHAPE)]), ["y"]
+            )
+        )
+        return model(g, [("x", F, SHAPE), ("c", BOOL, [])], overridable=["eps"])
+
+    return build
+
+
+def _shape_divisor(claimed: bool):
+    """Variance = ReduceSum / Cast(Shape(r)[-1]); with `claimed`, r is a Reshape of unknown
+    rank whose value_info claims [2,5,16] while it is [2,10,8]."""
+
+    def build():
+        g = G()
+        if claimed:
+            r = g.op("Reshape", ["inp", "s"], "r")
+            inputs = [("inp", F, SHAPE), ("s", I64, ["n"])]
+        else:
+            r, inputs = "x", [("x", F, SHAPE)]
+        d = g.op(
+            "Cast",
+            [g.op("Gather", [g.op("Shape", [r]), g.init(-1, dtype=np.int64)], axis=0)],
+            to=F,
+        )
+        ln(g, r, var="sum", divisor=d, gamma=None, beta=None, out="y")
+        value_info = [("r", F, (2, 5, 16))] if claimed else []
+        return model(g, inputs, [("y", F, SHAPE)], value_info=value_info)
+
+    return build
+
+
+def _batch3() -> None:
+    both = ({"c": np.array(True)}, {"c": np.array(False)})
+    for where in (
+        "graph_input",
+        "node_output",
+        "initializer",
+        "body_node_output",
+        "skip_graph_input",
+    ):
+        case(
+            f"name_collision_{where}",
+            "8",
+            f"a {where.replace('_', ' ')} already named like the fused node's new inputs",
+            _collision(where),
+            FUSE(),
+            fixed=both if where == "body_node_output" else ({},),
+        )
+    case(
+        "name_collision_rms_graph_input",
+        "8",
+        "a graph input already named y/SimplifiedLayerNormalization/input1",
+        _collision("graph_input", "rms"),
+        FUSE("rms-norm"),
+    )
+    for which in ("eps_initializer", "eps_identity", "exponent_constant_node", "gamma_initializer"):
+        case(
+            f"out_constant_is_graph_output_{which}",
+            "8",
+            f"the norm's {which.replace('_', ' ')} is also a graph output",
+            _constant_as_output(which),
+            EITHER,
+        )
+    for mode in ("empty",):
+        case(
+            f"out_node_names_{mode}",
+            "8",
+            f"LN then RMS norm whose nodes' names are all {mode}",
+            _node_names(mode),
+            FUSE("layer-norm", 1, rms_norm=1),
+        )
+    case(
+        "hz_ln_opset18_noop_with_empty_axes",
+        "hazard",
+        "ReduceMean without axes and noop_with_empty_axes=1: the mean is x itself",
+        _noop_empty_axes(1),
+        KEEP(),
+        evidence=nearest("ln", gamma=None, beta=None),
+    )
+    case(
+        "hz_ln_opset18_no_axes_reduces_all",
+        "hazard",
+        "ReduceMean without axes at opset 18: reduces every axis, batch included",
+        _noop_empty_axes(0),
+        KEEP("batch-axis"),
+        evidence=nearest("ln", gamma=None, beta=None),
+    )
+    case(
+        "odd_ln_keepdims_attribute_absent",
+        "exact-odd",
+        "layer norm whose ReduceMeans omit keepdims (default 1)",
+        _no_keepdims_attribute,
+        FUSE(),
+    )
+    case(
+        "odd_ln_exponent_constant_value_int",
+        "exact-odd",
+        "layer norm with Pow(d, Constant(value_int=2))",
+        _value_int_exponent,
+        EITHER,
+    )
+    case(
+        "ln_exponent_float16_2_in_float32_model",
+        "exact-odd",
+        "float32 layer norm with a float16 exponent 2.0",
+        _exp_case("ln", 2.0, np.float16),
+        EITHER,
+    )
+    case(
+        "ln_exponent_float16_near_2_in_float32_model",
+        "5",
+        "float32 layer norm with a float16 exponent 2.002 (not 2)",
+        _exp_case("ln", 2.002, np.float16),
+        KEEP(),
+        evidence=nearest("ln", eps=1e-3),
+    )
+    case(
+        "scope_outer_overridable_eps_read_in_branch",
+        "1",
+        "a then-branch LN reads the outer epsilon, an overridable initializer (fed 0.5)",
+        _outer_overridable_eps_in_body(False),
+        KEEP(),
+        fixed=both,
+        overrides={"eps": np.float32(0.5)},
+    )
+    case(
+        "scope_branch_shadows_overridable_eps",
+        "1",
+        "the outer epsilon is overridable; the then-branch shadows it with a true constant",
+        _outer_overridable_eps_in_body(True),
+        EITHER,
+        fixed=both,
+        overrides={"eps": np.float32(0.25)},
+    )
+    case(
+        "odd_ln_divisor_from_shape",
+        "exact-odd",
+        "variance = ReduceSum / Cast(Shape(x)[-1]): the divisor is d, computed at run time",
+        _shape_divisor(False),
+        EITHER,
+    )
+    case(
+        "ln_divisor_from_shape_of_claimed_tensor",
+        "3",
+        "variance = ReduceSum / Cast(Shape(r)[-1]) of a Reshape claimed [2,5,16], really [2,10,8]",
+        _shape_divisor(True),
+        EITHER,
+        fixed=({"s": np.array([2, 10, 8], np.int64)},),
+    )
+
+
 for _register in (
     _class1,
     _class2,
@@ -2355,6 +2640,7 @@ for _register in (
     _class9,
     _hazards,
     _exact_odd,
+    _batch3,
 ):
     _register()
 
