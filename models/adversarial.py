@@ -2508,8 +2508,83 @@ def _shape_divisor(claimed: bool):
     return build
 
 
+def _overridable_in_body(body_kind: str, constant: str):
+    """A norm inside an If/Loop/Scan body reading `constant` (eps | exp | axes | gamma) from an
+    outer initializer that is also a graph input."""
+
+    def build():
+        opset = 18 if constant == "axes" else 17
+        g = G(opset=opset)
+        value = {"eps": 1e-5, "exp": 2.0, "axes": [-1], "gamma": np.linspace(0.5, 1.5, 16)}[
+            constant
+        ]
+        g.init(value, "outer_c", np.int64 if constant == "axes" else np.float32)
+        b = G("b_", opset=opset)
+        shape = (5, 16) if body_kind == "scan" else SHAPE
+        src = "xs" if body_kind == "scan" else ("h" if body_kind == "loop" else "x")
+        ln(b, src, shape=shape, out="b_out", **{constant: "outer_c"})
+        inputs = [("x", F, SHAPE)]
+        if body_kind == "if":
+            e = G("else_")
+            e.op("Identity", ["x"], "e_out")
+            node = _if_node(
+                "c", body(b, [], [("b_out", F, SHAPE)]), body(e, [], [("e_out", F, SHAPE)]), ["y"]
+            )
+            inputs.append(("c", BOOL, []))
+        elif body_kind == "loop":
+            b.op("Identity", ["cond_in"], "cond_out")
+            loop_body = body(
+                b,
+                [("i", I64, []), ("cond_in", BOOL, []), ("h", F, SHAPE)],
+                [("cond_out", BOOL, []), ("b_out", F, SHAPE)],
+            )
+            g.init(1, "trip", np.int64)
+            node = helper.make_node("Loop", ["trip", "", "x"], ["y"], body=loop_body)
+        else:
+            scan_body = body(b, [("xs", F, (5, 16))], [("b_out", F, (5, 16))])
+            node = helper.make_node("Scan", ["x"], ["y"], body=scan_body, num_scan_inputs=1)
+        g.nodes.append(node)
+        return model(g, inputs, overridable=["outer_c"])
+
+    return build
+
+
+def _fn_overridable_eps() -> onnx.ModelProto:
+    """The local function taking epsilon as an input, fed an overridable initializer."""
+    m = _fn_eps_input()
+    m.graph.input.append(vi("e1", F, []))
+    return m
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
+    overrides = {
+        "eps": np.float32(0.5),
+        "exp": np.float32(4.0),
+        "axes": np.array([-2], np.int64),
+        "gamma": np.linspace(3.0, -3.0, 16, dtype=np.float32),
+    }
+    for body_kind in ("if", "loop", "scan"):
+        for constant, override in overrides.items():
+            if body_kind == "scan" and constant == "axes":
+                continue
+            case(
+                f"scope_{body_kind}_body_reads_overridable_{constant}",
+                "1",
+                f"LN in a {body_kind} body whose {constant} is an outer overridable initializer",
+                _overridable_in_body(body_kind, constant),
+                EITHER if constant == "gamma" else KEEP(),
+                fixed=both if body_kind == "if" else ({},),
+                overrides={"outer_c": override},
+            )
+    case(
+        "fn_eps_input_fed_overridable_initializer",
+        "1",
+        "local function with epsilon as input, called with an overridable initializer (fed 0.5)",
+        _fn_overridable_eps,
+        EITHER,
+        overrides={"e1": np.float32(0.5)},
+    )
     for where in (
         "graph_input",
         "node_output",
