@@ -2556,8 +2556,113 @@ def _fn_overridable_eps() -> onnx.ModelProto:
     return m
 
 
+def _roi_align_opset13(where: str):
+    """A layer norm at opset 13 (normfuse may raise the opset to 17) next to a RoiAlign, whose
+    default coordinate mode changed at opset 16, placed in `where`: main | if | loop | function."""
+
+    def build():
+        g = G(opset=13)
+        ln(g, "x", out="y")
+        rois = g.init([[1.0, 1.0, 5.0, 5.0]], "rois")
+        g.init([0], "bi", np.int64)
+        roi = helper.make_node(
+            "RoiAlign",
+            ["feat", rois, "bi"],
+            ["r"],
+            output_height=2,
+            output_width=2,
+            sampling_ratio=2,
+        )
+        inputs = [("x", F, SHAPE), ("feat", F, (1, 1, 8, 8))]
+        out = ("r", F, (1, 1, 2, 2))
+        functions = []
+        opsets = {}
+        if where == "main":
+            g.nodes.append(roi)
+        elif where == "if":
+            roi.output[0] = "t_out"
+            then_g = helper.make_graph([roi], "then", [], [vi("t_out", F, (1, 1, 2, 2))])
+            else_g = helper.make_graph(
+                [helper.make_node("Neg", ["feat"], ["e_out"])],
+                "else",
+                [],
+                [vi("e_out", F, (1, 1, 8, 8))],
+            )
+            g.nodes.append(_if_node("c", then_g, else_g, ["r"]))
+            inputs.append(("c", BOOL, []))
+        elif where == "loop":
+            roi.output[0] = "r_out"
+            roi.input[0] = "f"
+            loop_body = helper.make_graph(
+                [roi, helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                "loop",
+                [vi("i", I64, []), vi("cond_in", BOOL, []), vi("f", F, (1, 1, 8, 8))],
+                [
+                    vi("cond_out", BOOL, []),
+                    vi("f_out", F, (1, 1, 8, 8)),
+                    vi("r_out", F, (1, 1, 2, 2)),
+                ],
+            )
+            loop_body.node.append(helper.make_node("Identity", ["f"], ["f_out"]))
+            g.init(1, "trip", np.int64)
+            g.nodes.append(
+                helper.make_node("Loop", ["trip", "", "feat"], ["f_last", "r"], body=loop_body)
+            )
+            out = ("r", F, (1, 1, 1, 2, 2))
+        else:
+            fn_roi = helper.make_node(
+                "RoiAlign",
+                ["f", "rr", "b"],
+                ["o"],
+                output_height=2,
+                output_width=2,
+                sampling_ratio=2,
+            )
+            functions.append(
+                helper.make_function(
+                    "local", "Roi", ["f", "rr", "b"], ["o"], [fn_roi], [helper.make_opsetid("", 13)]
+                )
+            )
+            g.nodes.append(helper.make_node("Roi", ["feat", rois, "bi"], ["r"], domain="local"))
+            opsets = {"local": 1}
+        return model(g, inputs, [("y", F, SHAPE), out], functions=functions, opsets=opsets)
+
+    return build
+
+
+def _opset13_plain_function() -> onnx.ModelProto:
+    g = G(opset=13)
+    ln(g, "x", out="y")
+    fn = helper.make_function(
+        "local",
+        "R",
+        ["a"],
+        ["b"],
+        [helper.make_node("Relu", ["a"], ["b"])],
+        [helper.make_opsetid("", 13)],
+    )
+    g.nodes.append(helper.make_node("R", ["x"], ["r"], domain="local"))
+    return model(g, outputs=[("y", F, SHAPE), ("r", F, SHAPE)], functions=[fn], opsets={"local": 1})
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
+    case(
+        "opset13_with_plain_local_function",
+        "8",
+        "LN at opset 13 next to a call of a local function (Relu) that imports opset 13",
+        _opset13_plain_function,
+        EITHER,
+    )
+    for where in ("main", "if", "loop", "function"):
+        case(
+            f"opset13_roi_align_in_{where}",
+            "8",
+            f"LN at opset 13 with a RoiAlign (meaning changed at 16) in the {where} graph",
+            _roi_align_opset13(where),
+            EITHER,
+            fixed=both if where == "if" else ({},),
+        )
     overrides = {
         "eps": np.float32(0.5),
         "exp": np.float32(4.0),
