@@ -2645,6 +2645,91 @@ def _opset13_plain_function() -> onnx.ModelProto:
     return model(g, outputs=[("y", F, SHAPE), ("r", F, SHAPE)], functions=[fn], opsets={"local": 1})
 
 
+def _branch_dependent_width(norm: str, claim: bool):
+    """An If yields x [2,5,16] (then) or its first 8 features [2,5,8] (else); a norm with
+    divisor 16 (ReduceSum / 16) follows: a layer norm only on the then path."""
+
+    def build():
+        g = G()
+        t = G("then_")
+        t.op("Identity", ["x"], "t_out")
+        e = G("else_")
+        starts, ends, axes = (
+            e.init([0], dtype=np.int64),
+            e.init([8], dtype=np.int64),
+            e.init([-1], dtype=np.int64),
+        )
+        e.op("Slice", ["x", starts, ends, axes], "e_out")
+        g.nodes.append(
+            _if_node(
+                "c",
+                body(t, [], [("t_out", F, SHAPE)]),
+                body(e, [], [("e_out", F, (2, 5, 8))]),
+                ["h"],
+            )
+        )
+        f = ln if norm == "ln" else rms
+        extra = {"beta": None} if norm == "ln" else {}
+        f(g, "h", var="sum", divisor=16.0, gamma=None, out="y", **extra)
+        value_info = [("h", F, SHAPE)] if claim else []
+        return model(
+            g,
+            [("x", F, SHAPE), ("c", BOOL, [])],
+            [("y", F, ("a", "b", "d"))],
+            value_info=value_info,
+        )
+
+    return build
+
+
+def _sparse_gamma() -> onnx.ModelProto:
+    g = G()
+    ln(g, "x", gamma="sg", out="y")
+    m = model(g)
+    dense = np.zeros(16, np.float32)
+    dense[[1, 5, 9]] = [2.0, -1.0, 0.5]
+    values = numpy_helper.from_array(dense[[1, 5, 9]], "sg")
+    indices = numpy_helper.from_array(np.array([1, 5, 9], np.int64), "sg_indices")
+    m.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [16]))
+    return m
+
+
+def _with_ms_node() -> onnx.ModelProto:
+    g = G()
+    a = ln(g, "x")
+    g.nodes.append(helper.make_node("Gelu", [a], ["y"], domain="com.microsoft"))
+    return model(g, opsets={"com.microsoft": 1})
+
+
+def _ai_onnx_domain() -> onnx.ModelProto:
+    m = _simple("ln")()
+    m.opset_import[0].domain = "ai.onnx"
+    return m
+
+
+def _norm_of_initializer(overridable: bool):
+    def build():
+        g = G()
+        g.init(np.random.default_rng(3).normal(1, 2, SHAPE), "w")
+        a = ln(g, "w")
+        g.op("Add", [a, "x"], "y")
+        return model(g, overridable=["w"] if overridable else ())
+
+    return build
+
+
+def _symbolic_batch_positive_axes() -> onnx.ModelProto:
+    g = G()
+    ln(g, "x", axes=(1, 2), gamma=None, beta=None, out="y")
+    return model(g, [("x", F, ("batch", 5, 16))], [("y", F, ("batch", 5, 16))])
+
+
+def _rank1_ln() -> onnx.ModelProto:
+    g = G()
+    ln(g, "x", axes=(0,), shape=(16,), out="y")
+    return model(g, [("x", F, (16,))], [("y", F, (16,))])
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -2653,6 +2738,84 @@ def _batch3() -> None:
         "LN at opset 13 next to a call of a local function (Relu) that imports opset 13",
         _opset13_plain_function,
         EITHER,
+    )
+    for norm in ("ln", "rms"):
+        for claim in (False, True):
+            case(
+                f"{norm}_branch_dependent_width{'_claimed' if claim else ''}",
+                "3",
+                f"{norm} with divisor 16 of an If output that is [2,5,16] or [2,5,8] by branch"
+                + (" (value_info claims [2,5,16])" if claim else ""),
+                _branch_dependent_width(norm, claim),
+                EITHER,
+                fixed=both,
+            )
+    case(
+        "sparse_initializer_gamma",
+        "8",
+        "LN whose gamma is a sparse initializer",
+        _sparse_gamma,
+        EITHER,
+    )
+    case(
+        "existing_com_microsoft_node",
+        "8",
+        "LN followed by an existing com.microsoft Gelu",
+        _with_ms_node,
+        FUSE(),
+    )
+    case(
+        "odd_ln_domain_spelled_ai_onnx",
+        "exact-odd",
+        "opset import domain 'ai.onnx'",
+        _ai_onnx_domain,
+        EITHER,
+    )
+    case(
+        "odd_ln_symbolic_batch_positive_axes",
+        "exact-odd",
+        "LN over axes (1, 2) of [batch, 5, 16]",
+        _symbolic_batch_positive_axes,
+        FUSE(),
+    )
+    case(
+        "ln_rank1_axis0",
+        "hazard",
+        "LN over axis 0 of a rank-1 [16] tensor (the only axis is the first)",
+        _rank1_ln,
+        EITHER,
+    )
+    case(
+        "ln_of_initializer",
+        "exact-odd",
+        "LN of a constant initializer",
+        _norm_of_initializer(False),
+        EITHER,
+    )
+    case(
+        "ln_of_overridable_initializer",
+        "1",
+        "LN of an initializer that is also a graph input (fed another tensor)",
+        _norm_of_initializer(True),
+        EITHER,
+        overrides={"w": np.linspace(-3, 3, 160, dtype=np.float32).reshape(SHAPE)},
+    )
+    case(
+        "ln_eps_float16_overflow_inf",
+        "5",
+        "LN with eps = Cast(Cast(1e5 -> float16) -> float) = inf",
+        _eps_chain(
+            "ln", lambda g: g.op("Cast", [g.op("Cast", [g.init(1e5)], to=F16)], to=F), opset=17
+        ),
+        EITHER,
+    )
+    case(
+        "ln_exponent_nan",
+        "5",
+        "LN with exponent NaN",
+        _exp_case("ln", np.nan, np.float32),
+        KEEP(),
+        evidence=nearest("ln", eps=1e-3),
     )
     for where in ("main", "if", "loop", "function"):
         case(
