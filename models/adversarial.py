@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from models import builders
 from models.adversarial_build import (
     BOOL,
     F16,
@@ -2730,6 +2731,84 @@ def _rank1_ln() -> onnx.ModelProto:
     return model(g, [("x", F, (16,))], [("y", F, (16,))])
 
 
+def _loop_growing_shape() -> onnx.ModelProto:
+    """A Loop body normalises Expand(x_row, [i+1, 16]): the site's shape changes every trip."""
+    g = G()
+    b = G("loop_")
+    one = b.init([1], dtype=np.int64)
+    rows = b.op("Add", [b.op("Unsqueeze", ["i", b.init([0], dtype=np.int64)]), one])
+    shape = b.op("Concat", [rows, b.init([16], dtype=np.int64)], axis=0)
+    grown = b.op("Expand", ["row", shape])
+    ln(b, grown, shape=(3, 16), out="n_out")
+    b.op("ReduceSum", ["n_out", b.init([0], dtype=np.int64)], "s_out", keepdims=0)
+    b.op("Identity", ["cond_in"], "cond_out")
+    b.op("Identity", ["row"], "row_out")
+    loop_body = body(
+        b,
+        [("i", I64, []), ("cond_in", BOOL, []), ("row", F, (1, 16))],
+        [("cond_out", BOOL, []), ("row_out", F, (1, 16)), ("s_out", F, (16,))],
+    )
+    g.init(3, "trip", np.int64)
+    g.nodes.append(helper.make_node("Loop", ["trip", "", "x"], ["x_last", "y"], body=loop_body))
+    return model(g, [("x", F, (1, 16))], [("y", F, (3, 16))])
+
+
+def _optional_inputs_and_reuse(kind: str):
+    def build():
+        g = G()
+        if kind == "clip_empty_min":
+            c = g.op("Clip", ["x", "", g.init(4.0)])
+            ln(g, c, out="y")
+        elif kind == "output_used_twice_by_one_node":
+            a = ln(g, "x")
+            g.op("Mul", [a, a], "y")
+        elif kind == "output_read_in_branch":
+            ln(g, "x", out="n")
+            t = G("then_")
+            t.op("Neg", ["n"], "t_out")
+            e = G("else_")
+            e.op("Identity", ["x"], "e_out")
+            g.nodes.append(
+                _if_node(
+                    "c",
+                    body(t, [], [("t_out", F, SHAPE)]),
+                    body(e, [], [("e_out", F, SHAPE)]),
+                    ["y"],
+                )
+            )
+            return model(g, [("x", F, SHAPE), ("c", BOOL, [])])
+        return model(g)
+
+    return build
+
+
+def _fn_in_loop() -> onnx.ModelProto:
+    """A local function holding a layer norm, called from inside a Loop body."""
+    m = builders.local_function_model(sequences=(5,), hidden=16)
+    fn = m.functions[0]
+    call = helper.make_node("DecomposedLayerNorm", ["h"], ["h_out"], domain="local")
+    loop_body = helper.make_graph(
+        [call, helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "loop",
+        [vi("i", I64, []), vi("cond_in", BOOL, []), vi("h", F, (2, 5, 16))],
+        [vi("cond_out", BOOL, []), vi("h_out", F, (2, 5, 16))],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "", "x"], ["y"], body=loop_body)],
+        "fn_in_loop",
+        [vi("x", F, (2, 5, 16))],
+        [vi("y", F, (2, 5, 16))],
+        [numpy_helper.from_array(np.array(2, np.int64), "trip")],
+    )
+    out = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        functions=[fn],
+    )
+    out.ir_version = 8
+    return out
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -2816,6 +2895,29 @@ def _batch3() -> None:
         _exp_case("ln", np.nan, np.float32),
         KEEP(),
         evidence=nearest("ln", eps=1e-3),
+    )
+    case(
+        "val_loop_body_norm_of_growing_shape",
+        "9",
+        "a Loop body normalises a tensor whose first dim grows each trip (1, 2, 3 rows)",
+        _loop_growing_shape,
+        EITHER,
+    )
+    for kind in ("clip_empty_min", "output_used_twice_by_one_node", "output_read_in_branch"):
+        case(
+            f"out_{kind}",
+            "8",
+            f"LN with {kind.replace('_', ' ')}",
+            _optional_inputs_and_reuse(kind),
+            FUSE(),
+            fixed=both if kind == "output_read_in_branch" else ({},),
+        )
+    case(
+        "fn_norm_called_in_loop_body",
+        "6",
+        "local function LN called inside a Loop body",
+        _fn_in_loop,
+        EITHER,
     )
     for where in ("main", "if", "loop", "function"):
         case(
