@@ -2809,6 +2809,37 @@ def _fn_in_loop() -> onnx.ModelProto:
     return out
 
 
+def _dynamic_affine(which: str, dims):
+    """A layer norm whose gamma or beta is a graph input of shape `dims` (symbolic)."""
+
+    def build():
+        g = G()
+        kwargs = {which: "p"}
+        ln(g, "x", out="y", **kwargs)
+        return model(g, [("x", F, SHAPE), ("p", F, dims)], [("y", F, ("a", "b", "c"))])
+
+    return build
+
+
+def _keras_variant(kind: str):
+    """tf2onnx form with the subtracted mean over another axis, or a per-token beta."""
+
+    def build():
+        g = G()
+        m = g.reduce("ReduceMean", "x", (-1,))
+        c = g.op("Sub", ["x", m])
+        v = g.reduce("ReduceMean", g.op("Mul", [c, c]), (-1,))
+        r = g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [v, g.init(1e-3)])])])
+        gr = g.op("Mul", [r, g.init(np.linspace(0.5, 1.5, 16), "kg")])
+        m2 = g.reduce("ReduceMean", "x", (-2,)) if kind == "mean_other_axis" else m
+        beta_shape = (5, 16) if kind == "beta_per_token" else (16,)
+        beta = g.init(np.linspace(-1, 1, int(np.prod(beta_shape))).reshape(beta_shape), "kb")
+        g.op("Add", [g.op("Mul", ["x", gr]), g.op("Sub", [beta, g.op("Mul", [m2, gr])])], "y")
+        return model(g)
+
+    return build
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -2919,6 +2950,37 @@ def _batch3() -> None:
         _fn_in_loop,
         EITHER,
     )
+    per_token = np.linspace(-2, 2, 80, dtype=np.float32).reshape(5, 16)
+    vector = np.linspace(0.5, 1.5, 16, dtype=np.float32)
+    for which in ("gamma", "beta"):
+        case(
+            f"ln_{which}_dynamic_input_rank2_symbolic",
+            "7",
+            f"LN whose {which} is a graph input [p, q], fed [5,16] (per token) or [1,16]",
+            _dynamic_affine(which, ("p", "q")),
+            EITHER,
+            fixed=({"p": per_token}, {"p": vector.reshape(1, 16)}),
+        )
+        case(
+            f"ln_{which}_dynamic_input_rank1",
+            "7",
+            f"LN whose {which} is a graph input [n], fed [16] or [1]",
+            _dynamic_affine(which, ("n",)),
+            EITHER,
+            fixed=({"p": vector}, {"p": np.array([0.75], np.float32)}),
+        )
+    gamma = np.linspace(0.5, 1.5, 16, dtype=np.float32)
+    for kind in ("mean_other_axis", "beta_per_token"):
+        case(
+            f"keras_{kind}",
+            "4",
+            f"tf2onnx layer norm with {kind.replace('_', ' ')}",
+            _keras_variant(kind),
+            KEEP(),
+            evidence=nearest(
+                "ln", eps=1e-3, gamma=gamma, beta=np.linspace(-1, 1, 16, dtype=np.float32)
+            ),
+        )
     for where in ("main", "if", "loop", "function"):
         case(
             f"opset13_roi_align_in_{where}",
