@@ -2840,6 +2840,79 @@ def _keras_variant(kind: str):
     return build
 
 
+GN_SHAPE = (1, 8, 5, 5)
+
+
+def _gn(g: G, x: str, groups, shape=GN_SHAPE, eps=1e-5, back: str = "shape", out=None, **kw) -> str:
+    """A hand-written group norm: Reshape(x, groups) -> layer-norm statistics over the last axis
+    -> Reshape back -> gamma[C,1,1] * y + beta[C,1,1]; `groups` is a shape value or a name."""
+    target = (
+        groups if isinstance(groups, str) else g.init(list(groups), g.fresh("groups"), np.int64)
+    )
+    grouped = g.op("Reshape", [x, target])
+    normed = ln(g, grouped, eps=eps, gamma=None, beta=None, shape=(1, 4, 50), **kw)
+    back_shape = g.op("Shape", [x]) if back == "shape" else back
+    restored = g.op("Reshape", [normed, back_shape])
+    channels = shape[1]
+    scaled = g.op(
+        "Mul", [restored, g.init(np.linspace(0.5, 1.5, channels).reshape(channels, 1, 1))]
+    )
+    return g.op("Add", [scaled, g.init(np.linspace(-1, 1, channels).reshape(channels, 1, 1))], out)
+
+
+def _gn_case(kind: str):
+    def build():
+        g = G()
+        inputs = [("x", F, GN_SHAPE)]
+        overridable = ()
+        if kind == "baseline":
+            _gn(g, "x", (0, 4, -1), out="y")
+        elif kind == "groups_overridable":
+            g.init([0, 4, -1], "groups", np.int64)
+            _gn(g, "x", "groups", out="y")
+            overridable = ("groups",)
+        elif kind == "eps_overridable":
+            g.init(1e-5, "eps")
+            _gn(g, "x", (0, 4, -1), eps="eps", out="y")
+            overridable = ("eps",)
+        elif kind == "groups_from_input":
+            _gn(g, "x", "gshape", out="y")
+            inputs.append(("gshape", I64, (3,)))
+        elif kind == "unbiased":
+            _gn(g, "x", (0, 4, -1), var="sum", divisor=49.0, out="y")
+        elif kind == "symbolic_spatial":
+            _gn(g, "x", (0, 4, -1), shape=(1, 8, "h", "w"), out="y")
+            inputs = [("x", F, (1, 8, "h", "w"))]
+            return model(g, inputs, [("y", F, (1, 8, "h", "w"))])
+        elif kind == "contiguous_w_groups":
+            _gn(g, "x", (0, -1, 5), out="y")
+        elif kind == "back_to_other_shape":
+            _gn(g, "x", (0, 4, -1), back=g.init([1, 8, 25, 1], dtype=np.int64), out="r")
+            g.op("Reshape", ["r", g.init(list(GN_SHAPE), dtype=np.int64)], "y")
+        elif kind == "branch_shadows_groups":
+            g.init([0, 4, -1], "groups", np.int64)
+            _gn(g, "x", "groups", out="y")
+            t = G("then_")
+            t.init([0, 2, -1], "groups", np.int64)
+            _gn(t, "x", "groups", out="t_out")
+            e = G("else_")
+            e.op("Identity", ["x"], "e_out")
+            g.nodes.append(
+                _if_node(
+                    "c",
+                    body(t, [], [("t_out", F, GN_SHAPE)]),
+                    body(e, [], [("e_out", F, GN_SHAPE)]),
+                    ["z"],
+                )
+            )
+            return model(
+                g, [("x", F, GN_SHAPE), ("c", BOOL, [])], [("y", F, GN_SHAPE), ("z", F, GN_SHAPE)]
+            )
+        return model(g, inputs, [("y", F, GN_SHAPE)], overridable=overridable)
+
+    return build
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -2980,6 +3053,42 @@ def _batch3() -> None:
             evidence=nearest(
                 "ln", eps=1e-3, gamma=gamma, beta=np.linspace(-1, 1, 16, dtype=np.float32)
             ),
+        )
+    gn_cases = {
+        "baseline": (FUSE("group-norm"), {}, ({},)),
+        "groups_overridable": (EITHER, {"groups": np.array([0, 2, -1], np.int64)}, ({},)),
+        "eps_overridable": (KEEP(), {"eps": np.float32(0.5)}, ({},)),
+        "groups_from_input": (
+            EITHER,
+            {},
+            (
+                {"gshape": np.array([0, 4, -1], np.int64)},
+                {"gshape": np.array([0, 2, -1], np.int64)},
+            ),
+        ),
+        "unbiased": (KEEP(), {}, ({},)),
+        "symbolic_spatial": (EITHER, {}, ({},)),
+        "contiguous_w_groups": (EITHER, {}, ({},)),
+        "back_to_other_shape": (EITHER, {}, ({},)),
+        "branch_shadows_groups": (EITHER, {}, both),
+    }
+    for kind, (expect, overrides, fixed) in gn_cases.items():
+        case(
+            f"gn_{kind}",
+            "hazard"
+            if kind == "unbiased"
+            else "exact-odd"
+            if kind == "baseline"
+            else "2"
+            if kind == "branch_shadows_groups"
+            else "1"
+            if "overridable" in kind
+            else "3",
+            f"hand-written group norm: {kind.replace('_', ' ')}",
+            _gn_case(kind),
+            expect,
+            overrides=overrides,
+            fixed=fixed,
         )
     for where in ("main", "if", "loop", "function"):
         case(

@@ -21,7 +21,7 @@ from models.adversarial import CASES, Case
 CONFIGS = {
     "default": {},
     "onnx": {"target": "onnx"},
-    "skip": {"passes": "layer-norm,rms-norm,skip-norm"},
+    "skip": {"passes": [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]},
     "validate": {"validation": "auto"},
 }
 BY_NAME = {c.name: c for c in CASES}

@@ -45,7 +45,7 @@ MUTATIONS = (
 CONFIGS = (
     {},
     {"target": "onnx"},
-    {"passes": "layer-norm,rms-norm,skip-norm"},
+    {"passes": [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]},
     {"validation": normfuse.ValidationOptions()},
 )
 STATS: Counter = Counter()
