@@ -1,6 +1,6 @@
-"""Differential fuzzer (issue 12): real norm graphs (the layer-norm and RMS-norm spellings of
-models/builders.py), mutated (operand swaps, constant perturbations, axis changes, extra
-consumers of intermediates, wrapping into If/Loop bodies with a same-named copy outside,
+"""Differential fuzzer (issue 12): real norm graphs (the layer-norm, RMS-norm and group-norm
+spellings of models/builders.py), mutated (operand swaps, constant perturbations, axis changes,
+extra consumers of intermediates, wrapping into If/Loop bodies with a same-named copy outside,
 initializers made overridable graph inputs, value_info corrupted), must come out of
 normfuse.optimize matching ONNX Runtime on the original: no crash, the original's interface,
 runnable with the original's feeds (overrides fed), equal numerics on adversarial inputs.
@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 import onnx
 from adversarial_harness import compare, narrowest_float, session
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -26,11 +26,12 @@ import normfuse
 from models import builders
 from models.adversarial import feed_sets
 
-EXAMPLES = int(os.environ.get("NORMFUSE_FUZZ_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("NORMFUSE_FUZZ_EXAMPLES", "80"))
 SHAPE = (2, 5, 16)
 BASES = [
     *(("ln", name, spec) for name, spec in builders.LAYER_NORM_POSITIVES.items()),
     *(("rms", name, spec) for name, spec in builders.RMS_NORM_POSITIVES.items()),
+    *(("gn", name, spec) for name, spec in builders.GROUP_NORM_POSITIVES.items()),
 ]
 MUTATIONS = (
     "swap",
@@ -212,7 +213,11 @@ def _wrap(m: onnx.ModelProto, kind: str, draw) -> None:
 
 def _mutated(draw) -> tuple[onnx.ModelProto, dict, tuple]:
     family, name, spec = draw(st.sampled_from(BASES))
-    m = builders.norm_model(spec, shape=SHAPE, seed=draw(st.integers(0, 3)))
+    seed = draw(st.integers(0, 3))
+    if family == "gn":
+        m = builders.group_norm_block_model(spec, shape=(2, 8, 4, 4), seed=seed)
+    else:
+        m = builders.norm_model(spec, shape=SHAPE, seed=seed)
     # scope mutations drawn twice as often: they found the most wrong fusions
     weighted = (*MUTATIONS, "wrap_if", "wrap_loop")
     mutations = draw(st.lists(st.sampled_from(weighted), min_size=1, max_size=3))
@@ -289,6 +294,7 @@ def _check(m: onnx.ModelProto, overrides: dict, config: dict, label) -> str | No
     max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=list(HealthCheck),
+    phases=(Phase.explicit, Phase.generate),  # no shrinking: a failure is reported as drawn
 )
 @given(st.data())
 def _fuzz(data) -> None:
