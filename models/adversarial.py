@@ -2913,6 +2913,69 @@ def _gn_case(kind: str):
     return build
 
 
+CF_SHAPE = (1, 4, 3, 4)
+
+
+def _channel_first(kind: str):
+    """ConvNeXt-style statistics over axis 1 of NCHW [1,4,3,4], with an affine per `kind`."""
+
+    def build():
+        g = G()
+        axes = {"axes_1_2": (1, 2), "negative_axis": (-3,)}.get(kind, (1,))
+        shape = CF_SHAPE if kind != "rank3" else (1, 4, 6)
+        gamma_shape = {
+            "baseline": (4, 1, 1),
+            "gamma_1d_broadcasts_along_w": (4,),
+            "gamma_varies_along_w": (4, 1, 4),
+            "gamma_varies_along_h": (4, 3, 1),
+            "gamma_4d": (1, 4, 1, 1),
+            "negative_axis": (4, 1, 1),
+            "axes_1_2": (4, 3, 1),
+            "rank3": (4, 1),
+            "eps_overridable": (4, 1, 1),
+        }[kind]
+        beta_shape = (
+            (4, 1, 1)
+            if len(gamma_shape) == 3
+            else (1, 4, 1, 1)
+            if kind == "gamma_4d"
+            else gamma_shape
+        )
+        if kind == "gamma_1d_broadcasts_along_w":
+            beta_shape = (4, 1, 1)
+        gamma = np.linspace(0.5, 1.5, int(np.prod(gamma_shape)), dtype=np.float32).reshape(
+            gamma_shape
+        )
+        beta = np.linspace(-1, 1, int(np.prod(beta_shape)), dtype=np.float32).reshape(beta_shape)
+        eps = 1e-6
+        overridable = ()
+        if kind == "eps_overridable":
+            g.init(eps, "eps")
+            eps, overridable = "eps", ("eps",)
+        m = g.reduce("ReduceMean", "x", axes)
+        c = g.op("Sub", ["x", m])
+        v = g.reduce("ReduceMean", g.op("Pow", [c, g.init(2.0)]), axes)
+        normed = g.op("Div", [c, g.op("Sqrt", [g.op("Add", [v, g.ref(eps, "eps")])])])
+        scaled = g.op("Mul", [g.init(gamma, "gamma_0"), normed])
+        g.op("Add", [scaled, g.init(beta, "beta_0")], "y")
+        return model(g, [("x", F, shape)], [("y", F, shape)], overridable=overridable)
+
+    return build
+
+
+def _cf_nearest(original: onnx.ModelProto) -> onnx.ModelProto:
+    """Channels-first LN as Transpose -> LayerNormalization (gamma/beta: the first slice of the
+    original's along W and H) -> Transpose."""
+    inits = {t.name: numpy_helper.to_array(t) for t in original.graph.initializer}
+    gamma = np.broadcast_to(inits["gamma_0"], (4, 3, 4))[:, 0, 0].copy()
+    beta = np.broadcast_to(inits["beta_0"], (4, 3, 4))[:, 0, 0].copy()
+    g = G()
+    t = g.op("Transpose", ["x"], perm=[0, 2, 3, 1])
+    normed = g.op("LayerNormalization", [t, g.init(gamma), g.init(beta)], axis=-1, epsilon=1e-6)
+    g.op("Transpose", [normed], "y", perm=[0, 3, 1, 2])
+    return model(g, [("x", F, CF_SHAPE)], [("y", F, CF_SHAPE)])
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3089,6 +3152,28 @@ def _batch3() -> None:
             expect,
             overrides=overrides,
             fixed=fixed,
+        )
+    channel_first = {
+        "baseline": FUSE(),
+        "gamma_1d_broadcasts_along_w": KEEP(),
+        "gamma_varies_along_w": KEEP("gamma-shape"),
+        "gamma_varies_along_h": KEEP("gamma-shape"),
+        "gamma_4d": EITHER,
+        "negative_axis": FUSE(),
+        "axes_1_2": EITHER,
+        "rank3": KEEP("non-trailing-axes"),
+        "eps_overridable": KEEP(),
+    }
+    for kind, expect in channel_first.items():
+        lookalike = expect.outcome == "keep" and kind not in ("rank3", "eps_overridable")
+        case(
+            f"cf_{kind}",
+            "hazard" if lookalike else "exact-odd" if expect.outcome == "fuse" else "7",
+            f"channels-first layer norm over axis 1 of NCHW: {kind.replace('_', ' ')}",
+            _channel_first(kind),
+            expect,
+            overrides={"eps": np.float32(0.5)} if kind == "eps_overridable" else {},
+            evidence=_cf_nearest if lookalike else None,
         )
     for where in ("main", "if", "loop", "function"):
         case(
