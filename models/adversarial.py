@@ -2976,6 +2976,52 @@ def _cf_nearest(original: onnx.ModelProto) -> onnx.ModelProto:
     return model(g, [("x", F, CF_SHAPE)], [("y", F, CF_SHAPE)])
 
 
+def _val_extra(kind: str):
+    def build():
+        g = G()
+        if kind == "loop_trip_from_input":
+            b = G("loop_")
+            ln(b, "h", out="h_out")
+            b.op("Identity", ["cond_in"], "cond_out")
+            loop_body = body(
+                b,
+                [("i", I64, []), ("cond_in", BOOL, []), ("h", F, SHAPE)],
+                [("cond_out", BOOL, []), ("h_out", F, SHAPE)],
+            )
+            g.nodes.append(helper.make_node("Loop", ["n", "", "x"], ["y"], body=loop_body))
+            return model(g, [("x", F, SHAPE), ("n", I64, [])])
+        if kind == "scan_body_unbiased":
+            b = G("scan_")
+            ln(b, "xs", var="sum", divisor=15.0, shape=(5, 16), out="s_out")
+            scan_body = body(b, [("xs", F, (5, 16))], [("s_out", F, (5, 16))])
+            g.nodes.append(
+                helper.make_node("Scan", ["x"], ["y"], body=scan_body, num_scan_inputs=1)
+            )
+            return model(g)
+        if kind == "fp16_overflow_in_branch":
+            g = G(dtype=np.float16)
+            t = G("then_", dtype=np.float16)
+            ln(t, "x", out="t_out")
+            e = G("else_", dtype=np.float16)
+            e.op("Identity", ["x"], "e_out")
+            g.nodes.append(
+                _if_node(
+                    "c",
+                    body(t, [], [("t_out", F16, SHAPE)]),
+                    body(e, [], [("e_out", F16, SHAPE)]),
+                    ["y"],
+                )
+            )
+            return model(g, [("x", F16, SHAPE), ("c", BOOL, [])], [("y", F16, SHAPE)])
+        if kind == "masked_large_negative":
+            masked = g.op("Where", ["mask", "x", g.init(-1e9)])
+            ln(g, masked, out="y")
+            return model(g, [("x", F, SHAPE), ("mask", BOOL, SHAPE)])
+        raise ValueError(kind)
+
+    return build
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3174,6 +3220,25 @@ def _batch3() -> None:
             expect,
             overrides={"eps": np.float32(0.5)} if kind == "eps_overridable" else {},
             evidence=_cf_nearest if lookalike else None,
+        )
+    mask = np.arange(160).reshape(SHAPE) % 3 != 0
+    val_extra = {
+        "loop_trip_from_input": (
+            FUSE(),
+            ({"n": np.array(2, np.int64)}, {"n": np.array(0, np.int64)}),
+        ),
+        "scan_body_unbiased": (KEEP("unbiased-variance"), ({},)),
+        "fp16_overflow_in_branch": (FUSE(), both),
+        "masked_large_negative": (FUSE(), ({"mask": mask},)),
+    }
+    for kind, (expect, fixed) in val_extra.items():
+        case(
+            f"val_{kind}",
+            "9",
+            f"validation: {kind.replace('_', ' ')}",
+            _val_extra(kind),
+            expect,
+            fixed=fixed,
         )
     for where in ("main", "if", "loop", "function"):
         case(
