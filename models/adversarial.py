@@ -3198,6 +3198,7 @@ def _batch3() -> None:
             expect,
             overrides=overrides,
             fixed=fixed,
+            evidence=(lambda _m: _gn_case("baseline")()) if kind == "unbiased" else None,
         )
     channel_first = {
         "baseline": FUSE(),
