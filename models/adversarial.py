@@ -3022,6 +3022,35 @@ def _val_extra(kind: str):
     return build
 
 
+def _fn_names_like_main() -> onnx.ModelProto:
+    """Main graph LN with initializers eps/gamma; a local function whose body names its own
+    Constants eps/gamma (other values) and normalises with them."""
+    g = G()
+    g.init(1e-5, "eps")
+    g.init(np.linspace(0.5, 1.5, 16), "gamma")
+    ln(g, "x", eps="eps", gamma="gamma", beta=None, out="y")
+    body_nodes = [
+        helper.make_node("Constant", [], ["eps"], value_float=0.5),
+        helper.make_node(
+            "Constant", [], ["gamma"], value=numpy_helper.from_array(np.full(16, 3.0, np.float32))
+        ),
+    ]
+    f = G("f_")
+    ln(f, "x", eps="eps", gamma="gamma", beta=None, out="fy")
+    fn = helper.make_function(
+        "local",
+        "FLN",
+        ["x"],
+        ["fy"],
+        body_nodes
+        + [helper.make_node("Constant", [], [t.name], value=t) for t in f.inits]
+        + f.nodes,
+        [helper.make_opsetid("", 17)],
+    )
+    g.nodes.append(helper.make_node("FLN", ["x"], ["z"], domain="local"))
+    return model(g, outputs=[("y", F, SHAPE), ("z", F, SHAPE)], functions=[fn], opsets={"local": 1})
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3240,6 +3269,28 @@ def _batch3() -> None:
             _val_extra(kind),
             expect,
             fixed=fixed,
+        )
+    case(
+        "fn_body_names_like_main_graph",
+        "6",
+        "main LN reads initializers eps/gamma; a local function's Constants use the same names",
+        _fn_names_like_main,
+        FUSE("layer-norm", 1),
+    )
+    fp8 = {
+        "e4m3fn_subnormal_3e-3": (3e-3, TensorProto.FLOAT8E4M3FN, 1),
+        "e5m2_no_saturate_inf": (1e5, TensorProto.FLOAT8E5M2, 0),
+        "e5m2_saturate_57344": (1e5, TensorProto.FLOAT8E5M2, 1),
+        "e4m3fnuz_subnormal_3e-3": (3e-3, TensorProto.FLOAT8E4M3FNUZ, 1),
+        "e5m2fnuz_rounding_0_3": (0.3, TensorProto.FLOAT8E5M2FNUZ, 1),
+    }
+    for label, (value, to, saturate) in fp8.items():
+        case(
+            f"ln_eps_fp8_{label}",
+            "5",
+            f"LN with eps = Cast(Cast({value} -> {label.split('_')[0]}, saturate={saturate}))",
+            _eps_chain("ln", _fp8_eps(value, to, saturate)),
+            EITHER,
         )
     for where in ("main", "if", "loop", "function"):
         case(
