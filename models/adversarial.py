@@ -3051,6 +3051,14 @@ def _fn_names_like_main() -> onnx.ModelProto:
     return model(g, outputs=[("y", F, SHAPE), ("z", F, SHAPE)], functions=[fn], opsets={"local": 1})
 
 
+def _ir3() -> onnx.ModelProto:
+    """IR 3 / opset 9: every initializer must also be a graph input, so every one is a default."""
+    g = G(opset=9)
+    g.init(1e-5, "eps")
+    ln(g, "x", eps="eps", out="y")
+    return model(g, overridable=[t.name for t in g.inits], ir=3)
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3292,6 +3300,13 @@ def _batch3() -> None:
             _eps_chain("ln", _fp8_eps(value, to, saturate)),
             EITHER,
         )
+    case(
+        "ln_ir3_opset9_initializers_are_inputs",
+        "1",
+        "IR 3 / opset 9 LN: every initializer is a graph input (ORT refuses feeds for them)",
+        _ir3,
+        EITHER,
+    )
     for where in ("main", "if", "loop", "function"):
         case(
             f"opset13_roi_align_in_{where}",
