@@ -259,3 +259,12 @@ def test_validation_without_usable_inputs_is_a_normfuse_error(name: str) -> None
     m = _original(name)[0]
     with contextlib.suppress(normfuse.NormfuseError):
         normfuse.optimize(m, validation=normfuse.ValidationOptions(dims=_symbolic_dims(m)))
+
+
+@pytest.mark.parametrize(
+    "name", _params([c for c in CASES if c.expect.outcome == "keep" and c.evidence is not None])
+)
+def test_lookalike_reports_a_near_miss(name: str) -> None:
+    """Issue 12: every look-alike that is not fused gets a near-miss (never a silent refusal)."""
+    report = normfuse.optimize(_original(name)[0]).report
+    assert report.sites or report.near_misses, f"{name}: not fused and no near-miss"
