@@ -1713,7 +1713,7 @@ def _class8() -> None:
     kinds = {
         "norm_output_also_consumed": FUSE(),
         "input_passthrough_output": FUSE(),
-        "mean_exposed": KEEP("intermediate-used-elsewhere"),
+        "mean_exposed": FUSE(),
         "std_exposed_rms": KEEP("intermediate-used-elsewhere"),
         "outputs_reordered": FUSE("layer-norm", 2),
         "unused_input": FUSE(),
@@ -1951,7 +1951,6 @@ def _keepdims0_ln() -> onnx.ModelProto:
 
 def _hazards() -> None:
     lookalikes = {
-        "mean_minus_x": None,
         "x_over_std": None,
         "no_sqrt": None,
         "std_over_centered": None,
@@ -1963,8 +1962,6 @@ def _hazards() -> None:
         "one_pass_minus_mean_not_squared": None,
         "centered_by_other_axis_mean": None,
         "abs_variance": None,
-        "reduce_all_axes": "batch-axis",
-        "stats_of_other_tensor": None,
         "variance_of_other_centered": None,
         "square_of_two_centerings": None,
     }
@@ -1975,6 +1972,17 @@ def _hazards() -> None:
             f"layer-norm look-alike: {variant.replace('_', ' ')}",
             _custom_ln(variant),
             KEEP(*(reason,) if reason else ()),
+            evidence=nearest("ln"),
+        )
+    # exact since the README's promise of 2026-12-01: mean - x (gamma negated), statistics over
+    # every axis of a static tensor (LayerNormalization axis=0), an RMS norm of x - mean(x2)
+    for variant in ("mean_minus_x", "reduce_all_axes", "stats_of_other_tensor"):
+        case(
+            f"hz_ln_{variant}",
+            "hazard",
+            f"exact though unusual: {variant.replace('_', ' ')}",
+            _custom_ln(variant),
+            EITHER,
             evidence=nearest("ln"),
         )
     for variant in (
@@ -2014,7 +2022,7 @@ def _hazards() -> None:
             {"axes": (-2, -1), "var_axes": (-1,), "gamma": None, "beta": None},
             ("mismatched-axes",),
         ),
-        "batch_axes_all": ({"axes": (0, 1, 2), "gamma": None, "beta": None}, ("batch-axis",)),
+        "batch_axes_all": ({"axes": (0, 1, 2), "gamma": None, "beta": None}, None),
         "batch_axis_only": ({"axes": (0,), "gamma": None, "beta": None}, ("batch-axis",)),
         "gamma_per_token": (
             {"gamma": np.linspace(0.1, 2, 80, dtype=np.float32).reshape(5, 16)},
@@ -2043,7 +2051,7 @@ def _hazards() -> None:
             "hazard",
             f"layer-norm look-alike: {label.replace('_', ' ')}",
             _simple("ln", **kwargs),
-            KEEP(*reasons),
+            EITHER if reasons is None else KEEP(*reasons),
             evidence=near,
         )
     case(
@@ -2060,7 +2068,7 @@ def _hazards() -> None:
         "sum_not_mean": ({"var": "sum", "divisor": 1.0}, ()),
         "divisor_d_minus_1": ({"var": "sum", "divisor": 15.0}, ()),
         "non_trailing_axis": ({"axes": (1,), "gamma": None}, ("non-trailing-axes",)),
-        "batch_axis": ({"axes": (0, 1, 2), "gamma": None}, ("batch-axis",)),
+        "batch_axis": ({"axes": (0, 1, 2), "gamma": None}, None),
         "gamma_per_token": (
             {"gamma": np.linspace(0.1, 2, 80, dtype=np.float32).reshape(5, 16)},
             ("gamma-shape",),
@@ -2074,7 +2082,7 @@ def _hazards() -> None:
             "hazard",
             f"RMS-norm look-alike: {label.replace('_', ' ')}",
             _simple("rms", **kwargs),
-            KEEP(*reasons),
+            EITHER if reasons is None else KEEP(*reasons),
             evidence=near_rms,
         )
     case(
@@ -3409,7 +3417,7 @@ def _batch3() -> None:
         "hazard",
         "ReduceMean without axes at opset 18: reduces every axis, batch included",
         _noop_empty_axes(0),
-        KEEP("batch-axis"),
+        EITHER,
         evidence=nearest("ln", gamma=None, beta=None),
     )
     case(
