@@ -3082,6 +3082,38 @@ def _ir3() -> onnx.ModelProto:
     return model(g, overridable=[t.name for t in g.inits], ir=3)
 
 
+def _instance_affine_exponent(exponent: float, silu: bool):
+    """Instance norm with a per-channel affine (statistics over H, W of NCHW [2,8,4,4]) whose
+    variance uses Pow(x - mean, exponent)."""
+
+    def build():
+        g = G()
+        shape = (2, 8, 4, 4)
+        gamma = np.linspace(0.5, 1.5, 8).reshape(8, 1, 1)
+        beta = np.linspace(-1, 1, 8).reshape(8, 1, 1)
+        out = ln(
+            g, "x", axes=(-2, -1), exp=np.float32(exponent), gamma=gamma, beta=beta, shape=shape
+        )
+        if silu:
+            out = g.op("Mul", [out, g.op("Sigmoid", [out])])
+        g.op("Identity", [out], "y")
+        return model(g, [("x", F, shape)], [("y", F, shape)])
+
+    return build
+
+
+def _instance_nearest(original: onnx.ModelProto) -> onnx.ModelProto:
+    """The exact instance norm with the same affine (exponent 2)."""
+    silu = any(n.op_type == "Sigmoid" for n in original.graph.node)
+    return _instance_affine_exponent(2.0, silu)()
+
+
+def _gn_exp(exponent: float) -> onnx.ModelProto:
+    g = G()
+    _gn(g, "x", (0, 4, -1), exp=np.float32(exponent), out="y")
+    return model(g, [("x", F, GN_SHAPE)], [("y", F, GN_SHAPE)])
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3329,6 +3361,34 @@ def _batch3() -> None:
         "IR 3 / opset 9 LN: every initializer is a graph input (ORT refuses feeds for them)",
         _ir3,
         EITHER,
+    )
+    for exponent in (0.5, 1.0, 3.0, 4.0):
+        for silu in (False, True):
+            case(
+                f"gn_instance_affine_exponent_{exponent:g}{'_silu' if silu else ''}".replace(
+                    ".", "_"
+                ),
+                "5",
+                f"instance norm with per-channel affine whose variance uses Pow(d, {exponent:g})"
+                + (", then SiLU" if silu else ""),
+                _instance_affine_exponent(exponent, silu),
+                KEEP(),
+                evidence=_instance_nearest,
+            )
+    case(
+        "gn_instance_affine_exponent_2",
+        "exact-odd",
+        "instance norm with per-channel affine (the exact control of the exponent cases)",
+        _instance_affine_exponent(2.0, False),
+        FUSE("group-norm"),
+    )
+    case(
+        "gn_hand_written_exponent_3",
+        "5",
+        "hand-written group norm whose variance uses Pow(d, 3)",
+        lambda: _gn_exp(3.0),
+        KEEP(),
+        evidence=lambda _m: _gn_case("baseline")(),
     )
     for where in ("main", "if", "loop", "function"):
         case(
