@@ -3114,6 +3114,21 @@ def _gn_exp(exponent: float) -> onnx.ModelProto:
     return model(g, [("x", F, GN_SHAPE)], [("y", F, GN_SHAPE)])
 
 
+def _instance_affine(**kw):
+    """Instance norm with a per-channel affine on NCHW [2,8,4,4], statistics changed by `kw`."""
+
+    def build():
+        g = G()
+        shape = (2, 8, 4, 4)
+        gamma = np.linspace(0.5, 1.5, 8).reshape(8, 1, 1)
+        beta = np.linspace(-1, 1, 8).reshape(8, 1, 1)
+        args = {"axes": (-2, -1), "gamma": gamma, "beta": beta, "shape": shape, **kw}
+        ln(g, "x", out="y", **args)
+        return model(g, [("x", F, shape)], [("y", F, shape)])
+
+    return build
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3375,6 +3390,27 @@ def _batch3() -> None:
                 KEEP(),
                 evidence=_instance_nearest,
             )
+    instance_hazards = {
+        "eps_outside_sqrt": {"eps_outside": True},
+        "negative_eps": {"eps": -1e-5},
+        "zero_eps": {"eps": 0.0},
+        "unbiased": {"var": "sum", "divisor": 15.0},
+        "sum_not_mean": {"var": "sum", "divisor": 1.0},
+        "var_last_axis_only": {"var_axes": (-1,)},
+        "mean_h_only_var_hw": {"axes": (-2,), "var_axes": (-2, -1)},
+        "eps_per_channel": {"eps": np.linspace(1e-5, 2.0, 8, dtype=np.float32).reshape(8, 1, 1)},
+        "half_not_minus_half": {"divide": "pow_half", "half": 0.5},
+        "one_over_is_two": {"divide": "one_over", "one": 2.0},
+    }
+    for label, kwargs in instance_hazards.items():
+        case(
+            f"gn_instance_affine_{label}",
+            "hazard",
+            f"instance-norm look-alike with per-channel affine: {label.replace('_', ' ')}",
+            _instance_affine(**kwargs),
+            KEEP(),
+            evidence=_instance_nearest,
+        )
     case(
         "gn_instance_affine_exponent_2",
         "exact-odd",
