@@ -11,6 +11,7 @@ guard, validation), "hazard" near-miss maths, "exact-odd" exact but unusual spel
 from __future__ import annotations
 
 import argparse
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -3129,6 +3130,12 @@ def _instance_affine(**kw):
     return build
 
 
+def _gn_hazard(kwargs: dict) -> onnx.ModelProto:
+    g = G()
+    _gn(g, "x", (0, 4, -1), out="y", **kwargs)
+    return model(g, [("x", F, GN_SHAPE)], [("y", F, GN_SHAPE)])
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3410,6 +3417,17 @@ def _batch3() -> None:
             _instance_affine(**kwargs),
             KEEP(),
             evidence=_instance_nearest,
+        )
+    for label, kwargs in instance_hazards.items():
+        if label in ("mean_h_only_var_hw", "var_last_axis_only", "eps_per_channel", "unbiased"):
+            continue  # axes and shapes of NCHW; the grouped tensor is [1, 4, 50]
+        case(
+            f"gn_hand_written_{label}",
+            "hazard",
+            f"hand-written group-norm look-alike: {label.replace('_', ' ')}",
+            functools.partial(_gn_hazard, kwargs),
+            KEEP(),
+            evidence=lambda _m: _gn_case("baseline")(),
         )
     case(
         "gn_instance_affine_exponent_2",
