@@ -3136,6 +3136,22 @@ def _gn_hazard(kwargs: dict) -> onnx.ModelProto:
     return model(g, [("x", F, GN_SHAPE)], [("y", F, GN_SHAPE)])
 
 
+def _every_axis(x_shape, gamma_shape) -> onnx.ModelProto:
+    g = G()
+    gamma = (
+        None
+        if gamma_shape is None
+        else np.linspace(0.5, 1.5, int(np.prod(gamma_shape))).reshape(gamma_shape)
+    )
+    beta = (
+        None
+        if gamma_shape is None
+        else np.linspace(-1, 1, int(np.prod(gamma_shape))).reshape(gamma_shape)
+    )
+    ln(g, "x", axes=(0, 1, 2), gamma=gamma, beta=beta, shape=(2, 5, 16), out="y")
+    return model(g, [("x", F, x_shape)], [("y", F, x_shape)])
+
+
 def _batch3() -> None:
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
@@ -3428,6 +3444,19 @@ def _batch3() -> None:
             functools.partial(_gn_hazard, kwargs),
             KEEP(),
             evidence=lambda _m: _gn_case("baseline")(),
+        )
+    for label, (x_shape, gamma_shape) in {
+        "static_gamma_16": ((2, 5, 16), (16,)),
+        "static_gamma_5_16": ((2, 5, 16), (5, 16)),
+        "symbolic_batch_gamma_16": (("batch", 5, 16), (16,)),
+        "symbolic_batch_no_affine": (("batch", 5, 16), None),
+    }.items():
+        case(
+            f"ln_every_axis_{label}",
+            "7",
+            f"statistics over every axis of {x_shape} with gamma {gamma_shape}",
+            functools.partial(_every_axis, x_shape, gamma_shape),
+            EITHER,
         )
     case(
         "gn_instance_affine_exponent_2",
