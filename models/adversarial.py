@@ -63,6 +63,11 @@ def KEEP(*reasons: str, max_sites: int = 0) -> Expect:
 
 
 EITHER = Expect("either")
+# A body initializer named like an outer value: ONNX Runtime 1.32 binds the outer value where the
+# outer graph uses it and the body's own where only bodies read it, so the binding is
+# runtime-defined and normfuse leaves the whole model as it is (README, "Guarantees about your
+# model"). Numerics are still checked: the unchanged output must equal the original.
+SHADOWING_INITIALIZER = KEEP("unsupported-scope")
 
 
 @dataclass(frozen=True)
@@ -990,7 +995,7 @@ def _class2() -> None:
         "2",
         "outer LN with gamma; the then-branch's own initializer gamma feeds Mul(x, gamma)",
         _scope_outer_fused_inner_mul,
-        FUSE(),
+        SHADOWING_INITIALIZER,
         fixed=both,
     )
     case(
@@ -998,7 +1003,7 @@ def _class2() -> None:
         "2",
         "LN outside and in both branches; the then-branch shadows eps with 0.5",
         _scope_inner_norms(None, None),
-        FUSE("layer-norm", 3),
+        SHADOWING_INITIALIZER,
         fixed=both,
     )
     case(
@@ -1019,7 +1024,7 @@ def _class2() -> None:
         "2",
         "outer gamma is [5,16] per token (not LN); the then-branch shadows it with a [16] gamma",
         _scope_outer_per_token,
-        FUSE("layer-norm", 1),
+        SHADOWING_INITIALIZER,
         fixed=both,
     )
     case(
@@ -1027,7 +1032,7 @@ def _class2() -> None:
         "2",
         "then-branch gamma [16], else-branch gamma [1]: one name, two shapes, two norms",
         _scope_inner_norms(np.full(16, 2.0), np.full(1, 0.5), shadow_eps=False, outer=False),
-        FUSE("layer-norm", 2),
+        SHADOWING_INITIALIZER,
         fixed=both,
     )
     case(
@@ -1043,7 +1048,7 @@ def _class2() -> None:
         "2",
         "outer LN of x; a Loop whose carried body input is also named x normalises it again",
         _loop_shadow_x,
-        FUSE("layer-norm", 2),
+        SHADOWING_INITIALIZER,
     )
     case(
         "scope_loop_body_input_named_gamma",
@@ -1057,7 +1062,7 @@ def _class2() -> None:
         "2",
         "Scan over batch; body input x [5,16] and body gamma shadow the outer names",
         _scan_shadow,
-        FUSE("layer-norm", 2),
+        SHADOWING_INITIALIZER,
     )
     case(
         "scope_outer_mean_read_in_branch",
@@ -1072,7 +1077,7 @@ def _class2() -> None:
         "2",
         "a Loop body's If then-branch shadows eps with 0.5 for its norm",
         _nested_if_in_loop,
-        FUSE("layer-norm", 1),
+        SHADOWING_INITIALIZER,
         fixed=both,
     )
     case(
@@ -1080,7 +1085,7 @@ def _class2() -> None:
         "2",
         "RMS outside and in the then-branch; the branch shadows eps with 0.5",
         _scope_rms,
-        FUSE("rms-norm", 2),
+        SHADOWING_INITIALIZER,
         fixed=both,
     )
 
