@@ -1,0 +1,88 @@
+"""normfuse over ONNX's own backend test cases (the generators in the onnx wheel), in every
+configuration of `backend_sweep.CONFIGS`.
+
+For each case the original runs first in ONNX Runtime (CPU, ORT_DISABLE_ALL) on the case's inputs;
+a case ORT cannot run is skipped with ORT's message. Then `optimize` must not raise anything but a
+`NormfuseError` judged out of scope (`backend_sweep.OUT_OF_SCOPE`), must leave the input ModelProto
+unchanged, keep the graph inputs and outputs, return the model unchanged when nothing was fused,
+pass onnx.checker whenever the original does (unless ORT-only), and compute the original's outputs
+(NaN where NaN; 1e-4 for float32/float64, 1e-2 for float16, absolute and relative).
+
+The default run takes every case whose ops include a reduction, a normalisation or its arithmetic,
+every 10th other one, and ONNX's expanded layer norms with only the normalised output kept (the
+form a fuser should fuse); NORMFUSE_BACKEND=full runs every case. The fused-site coverage is
+printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import pytest
+from backend_sweep import (
+    CONFIGS,
+    TALLY,
+    Outcome,
+    cases,
+    check_case,
+    downloaded_cases,
+    full_run,
+    is_expanded_norm,
+    original_outputs,
+)
+
+import normfuse
+
+CASES = {case.name: case for case in cases()}
+ORIGINALS: dict[str, tuple] = {}
+
+
+def _original(name: str) -> tuple:
+    """The original's ORT outputs (or why it cannot run), computed once per case."""
+    if name not in ORIGINALS:
+        ORIGINALS[name] = original_outputs(CASES[name])
+    return ORIGINALS[name]
+
+
+def test_the_sweep_collects_onnx_cases() -> None:
+    """The wheel's generators are found: all of them in the full run, a subset by default."""
+    assert len(CASES) >= (1800 if full_run() else 500), len(CASES)
+    assert sum(is_expanded_norm(name) for name in CASES) >= 60
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_backend_case(name: str, config: str) -> None:
+    expected, why = _original(name)
+    if why and not why.startswith("the original is random"):
+        TALLY.record(name, config, Outcome("skip", [why]))
+        pytest.skip(why)
+    outcome = check_case(CASES[name], config, expected)
+    TALLY.record(name, config, outcome)
+    if outcome.status == "scoped":
+        pytest.skip(f"out of scope: {outcome.problems[0]}")
+    assert outcome.status == "ok", "; ".join(outcome.problems)
+
+
+@pytest.mark.parametrize("name", downloaded_cases())
+def test_downloaded_model_case(name: str) -> None:
+    pytest.skip("ONNX downloads this model from the model zoo; the tests use no network")
+
+
+EXPANDED_LAYER_NORMS = sorted(
+    name for name in CASES if name.startswith("test_layer_normalization") and "_y_only" in name
+)
+
+
+@pytest.mark.parametrize("name", EXPANDED_LAYER_NORMS)
+def test_expanded_layer_norm_is_fused(name: str) -> None:
+    """ONNX's own LayerNormalization function body, with only Y as output, is one fused site."""
+    result = normfuse.optimize(CASES[name].model)
+    assert [site.op for site in result.report.sites] == ["LayerNormalization"], [
+        miss.reason for miss in result.report.near_misses
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(name for name in CASES if is_expanded_norm(name)))
+def test_unfused_expanded_norm_has_a_reason(name: str) -> None:
+    """An expanded norm case that is not fused says why (a near-miss)."""
+    report = normfuse.optimize(CASES[name].model).report
+    assert report.sites or report.near_misses
