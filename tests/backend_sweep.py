@@ -39,11 +39,8 @@ CONFIGS: dict[str, dict] = {
 VALIDATE = "validate"
 CONFIGS[VALIDATE] = {}
 
-# Ops whose cases are always in the default run: reductions, normalisations, and the arithmetic a
-# decomposed normalisation is built from.
-NORM_OPS = re.compile(
-    r"^(Reduce\w*|\w*Normalization|MeanVarianceNormalization|Sqrt|Pow|Reciprocal|Div|Sub|Mul|Add)$"
-)
+# Ops whose cases are always in the default run: reductions and normalisations.
+NORM_OPS = re.compile(r"^(Reduce\w*|\w*Normalization)$")
 # Every SAMPLE_EVERY-th other case (sorted by name) is in the default run too.
 SAMPLE_EVERY = 10
 # Modules whose generators take most of the collection time (pooling references computed in numpy);
@@ -93,9 +90,10 @@ def _collect_node_cases(full: bool) -> list:
         warnings.simplefilter("ignore")
         if full:
             return list(node_cases.collect_testcases())
-        for module in pkgutil.iter_modules(node_cases.__path__):
-            if module.name not in SLOW_MODULES:
-                importlib.import_module(f"{node_cases.__name__}.{module.name}")
+        prefix = f"{node_cases.__name__}."
+        for module in pkgutil.walk_packages(node_cases.__path__, prefix):
+            if module.name.rsplit(".", 1)[-1] not in SLOW_MODULES:
+                importlib.import_module(module.name)
         return list(node_cases._NodeTestCases)
 
 
@@ -119,8 +117,18 @@ def downloaded_cases() -> list[str]:
 
 
 def is_norm_case(case) -> bool:
-    """True when the case's ops include a reduction, a normalisation or its arithmetic."""
+    """True when the case's ops include a reduction or a normalisation."""
     return any(NORM_OPS.match(op) for op in _all_ops(case.model))
+
+
+def is_unusual_case(case) -> bool:
+    """True when the case imports a non-default domain or has a non-tensor graph input or output
+    (sequence, optional, map): the shapes of model a fuser most easily mishandles."""
+    graph = case.model.graph
+    values = list(graph.input) + list(graph.output)
+    return any(opset.domain not in ("", "ai.onnx") for opset in case.model.opset_import) or any(
+        not info.type.HasField("tensor_type") for info in values
+    )
 
 
 def is_expanded_norm(name: str) -> bool:
@@ -155,16 +163,17 @@ def one_output_variants(collected: list) -> list:
 
 
 def cases() -> list:
-    """The cases to run, sorted by name: all of them when `full_run()`, else every norm case and
-    every SAMPLE_EVERY-th other one; plus one_output_variants."""
+    """The cases to run, sorted by name: all of them when `full_run()`, else every norm case,
+    every unusual one and every SAMPLE_EVERY-th other one; plus one_output_variants."""
     full = full_run()
     collected = _collect_node_cases(full) + _collect_model_cases()
     collected = sorted(collected + one_output_variants(collected), key=lambda c: c.name)
     if full:
         return collected
-    others = [case for case in collected if not is_norm_case(case)]
+    always = {case.name for case in collected if is_norm_case(case) or is_unusual_case(case)}
+    others = [case for case in collected if case.name not in always]
     sample = {case.name for case in others[::SAMPLE_EVERY]}
-    return [case for case in collected if is_norm_case(case) or case.name in sample]
+    return [case for case in collected if case.name in always or case.name in sample]
 
 
 def _to_feed(value):
