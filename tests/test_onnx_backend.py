@@ -68,16 +68,32 @@ def test_downloaded_model_case(name: str) -> None:
     pytest.skip("ONNX downloads this model from the model zoo; the tests use no network")
 
 
-EXPANDED_LAYER_NORMS = sorted(
-    name for name in CASES if name.startswith("test_layer_normalization") and "_y_only" in name
-)
+# ONNX's own function bodies a fuser should fuse: layer norms with only Y kept, and RMS norms.
+FUSIBLE = {
+    **{
+        name: "layer-norm"
+        for name in CASES
+        if name.startswith("test_layer_norm") and "_y_only" in name
+    },
+    **{
+        name: "rms-norm"
+        for name in CASES
+        if name.startswith("test_rms_norm") and is_expanded_norm(name)
+    },
+}
 
 
-@pytest.mark.parametrize("name", EXPANDED_LAYER_NORMS)
-def test_expanded_layer_norm_is_fused(name: str) -> None:
-    """ONNX's own LayerNormalization function body, with only Y as output, is one fused site."""
+def test_every_fusible_expanded_case_is_collected() -> None:
+    """38 layer norms (19 cases, each at opset 17 and 18) and 19 RMS norms."""
+    kinds = list(FUSIBLE.values())
+    assert (kinds.count("layer-norm"), kinds.count("rms-norm")) == (38, 19)
+
+
+@pytest.mark.parametrize("name", sorted(FUSIBLE))
+def test_expanded_norm_is_fused(name: str) -> None:
+    """ONNX's own LayerNormalization / RMSNormalization function body is one fused site."""
     result = normfuse.optimize(CASES[name].model)
-    assert [site.op for site in result.report.sites] == ["LayerNormalization"], [
+    assert [site.kind for site in result.report.sites] == [FUSIBLE[name]], [
         miss.reason for miss in result.report.near_misses
     ]
 
