@@ -273,6 +273,25 @@ def compare_outputs(expected: list, actual: list) -> str | None:
     return None
 
 
+def adversarial(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Hard values for a normalised input: constant rows (zero variance), zeros, underflowing
+    squares, overflowing squares, a NaN, +inf and -inf, all negative. (A large common offset is
+    left out: ONNX's function computes the variance as E[x^2] - E[x]^2, so the original itself is
+    off by more than the tolerance there.)"""
+    with np.errstate(all="ignore"):
+        variants = {
+            "zeros": np.zeros_like(x),
+            "constant": np.full_like(x, 3.5),
+            "tiny": (x * 1e-20).astype(x.dtype),
+            "huge": (x * 1e18).astype(x.dtype),
+            "negative": -np.abs(x),
+        }
+    for name, index, value in (("nan", 0, np.nan), ("inf", 0, np.inf), ("neginf", -1, -np.inf)):
+        variants[name] = x.copy()
+        variants[name].flat[index] = value
+    return variants
+
+
 def _interface(graph: onnx.GraphProto) -> tuple:
     """The graph's inputs and outputs: names and serialized types, in order."""
     return (

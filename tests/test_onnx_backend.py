@@ -12,22 +12,28 @@ The default run takes every case whose ops include a reduction or a normalisatio
 with a non-default domain or a non-tensor graph input or output, every 10th other one, and
 ONNX's expanded layer norms with only the normalised output kept (the form a fuser should fuse);
 NORMFUSE_BACKEND=full runs every case. The fused-site coverage is printed at the end of the run.
+ONNX's expanded layer and RMS norms must fuse, and match the original on adversarial inputs.
 `python tests/backend_sweep.py` runs the same sweep outside pytest and prints every failure.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from backend_sweep import (
     CONFIGS,
     TALLY,
     Outcome,
+    adversarial,
     cases,
     check_case,
+    compare_outputs,
     downloaded_cases,
+    feeds,
     full_run,
     is_expanded_norm,
     original_outputs,
+    session,
 )
 
 import normfuse
@@ -96,6 +102,28 @@ def test_expanded_norm_is_fused(name: str) -> None:
     assert [site.kind for site in result.report.sites] == [FUSIBLE[name]], [
         miss.reason for miss in result.report.near_misses
     ]
+
+
+ADVERSARIAL = list(adversarial(np.ones(2, np.float32)))
+FUSED: dict[tuple[str, str], object] = {}
+
+
+@pytest.mark.parametrize("variant", ADVERSARIAL)
+@pytest.mark.parametrize("config", ["default", "onnx"])
+@pytest.mark.parametrize("name", sorted(FUSIBLE))
+def test_expanded_norm_on_adversarial_inputs(name: str, config: str, variant: str) -> None:
+    """The fused expanded norms match the original on hard inputs too (NaN where NaN)."""
+    case = CASES[name]
+    if (name, config) not in FUSED:
+        FUSED[name, config] = normfuse.optimize(case.model, **CONFIGS[config]).model
+    inputs = feeds(case)
+    x_name = case.model.graph.input[0].name
+    inputs[x_name] = adversarial(inputs[x_name])[variant]
+    with np.errstate(all="ignore"):
+        expected = session(case.model).run(None, inputs)
+        actual = session(FUSED[name, config]).run(None, inputs)
+    mismatch = compare_outputs(expected, actual)
+    assert mismatch is None, mismatch
 
 
 @pytest.mark.parametrize("name", sorted(name for name in CASES if is_expanded_norm(name)))
