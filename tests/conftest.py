@@ -12,3 +12,13 @@ if str(ROOT) not in sys.path:
 
 settings.register_profile("normfuse", derandomize=True, database=None)
 settings.load_profile("normfuse")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The ONNX backend sweep's counts and fused-site coverage, when it ran."""
+    sweep = sys.modules.get("backend_sweep")
+    if sweep is None or not any(sweep.TALLY.counts.values()):
+        return
+    terminalreporter.write_sep("-", "ONNX backend sweep")
+    for line in sweep.TALLY.lines():
+        terminalreporter.write_line(line)
