@@ -150,12 +150,21 @@ def _keras(gain: Op | AnyOf) -> tuple[Op, ...]:
 
 _KERAS = (*_keras(Op("Mul", _inv_std, Const("scale"), name="gain")), *_keras(_inv_std))
 
+# Last resort, so that no look-alike is refused silently: `x - mean(x)` (either sign) that none
+# of the spellings above turns into a layer norm is reported as such (it is the smallest
+# candidate of its site, so a real layer norm's larger match always comes first).
+_LOOKALIKE = (
+    Op("Sub", _x, _mean, name="lookalike"),
+    Op("Sub", _mean, _x, name="lookalike"),
+)
+
 PATTERNS = (
     *_affine(AnyOf(_downcast(_normed), _normed)),
     *(_downcast(pattern) for pattern in _affine(_normed)),
     _downcast(_normed),
     _normed,
     *_KERAS,
+    *_LOOKALIKE,
 )
 
 
@@ -182,6 +191,12 @@ _RESHAPED = Op("Reshape", Var("ungrouped"), Var("groups"))
 
 
 def _check(match: Match, context: Context) -> Site:
+    if "lookalike" in match:
+        raise checks.Reject(
+            "not-layer-norm",
+            "x - mean(x) is computed here, but what follows is no spelling of layer "
+            "normalisation that normfuse can prove exact; left alone",
+        )
     if "std_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
     checks.check_exponents(match, context)

@@ -101,7 +101,15 @@ _L2_NORMALISED = Op(
     AnyOf(Op("Add", _l2, Const("epsilon")), Op("Max", _l2, Const("epsilon")), _l2),
     name="l2_normalised",
 )
-PATTERNS = (*_ROOTS, _L2_NORMALISED)
+# Last resort, so that no look-alike is refused silently: a mean of squares that none of the
+# spellings above turns into an RMS norm (the smallest candidate of its site).
+_LOOKALIKE = Op(
+    "ReduceMean",
+    AnyOf(Op("Pow", _x, Const("two", 2.0)), Op("Mul", _x, _x)),
+    name="reduce",
+    extra_inputs=True,
+)
+PATTERNS = (*_ROOTS, _L2_NORMALISED, _LOOKALIKE)
 
 
 class RmsNormPass:
@@ -123,10 +131,26 @@ class RmsNormPass:
         """
         if match_first(_CENTERED, match["x"], context.reader) is not None:
             return None
+        squared = [match[name] for name in ("x", "upcast") if name in match]
+        if match.root is match["reduce"] and _also_averaged(squared, match.node("reduce")):
+            return None  # E[x^2] beside E[x]: a one-pass variance, the layer-norm pass's
         return _check(match, context)
 
 
+def _also_averaged(tensors: list[gs.Tensor], reduce: gs.Node) -> bool:
+    """True when a squared tensor also feeds another ReduceMean (its mean is taken too)."""
+    return any(
+        user.op == "ReduceMean" and user is not reduce for x in tensors for user in x.outputs
+    )
+
+
 def _check(match: Match, context: Context) -> Site:
+    if match.root is match["reduce"]:  # the last-resort pattern: nothing larger matched
+        raise checks.Reject(
+            "not-rms-norm",
+            "a mean of squares is computed here, but what follows is no spelling of RMS "
+            "normalisation that normfuse can prove exact; left alone",
+        )
     if "rms_plus_epsilon" in match:
         raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
     if "absolute" in match:

@@ -250,51 +250,9 @@ def test_validation_without_usable_inputs_is_a_normfuse_error(name: str) -> None
         normfuse.optimize(m, validation=normfuse.ValidationOptions(dims=_symbolic_dims(m)))
 
 
-# Look-alikes refused without a near-miss today (no pattern reaches their shape, so the refusal
-# is silent): an open gap of issue 12, pinned so that a fix, or a new silent case, shows up.
-SILENT_LOOKALIKES = frozenset(
-    {
-        "keras_gamma_on_x_side_only",
-        "keras_gamma_on_mean_side_only",
-        "keras_two_different_gammas",
-        "keras_other_eps_on_mean_side",
-        "keras_mean_of_other_tensor",
-        "keras_x_side_other_tensor",
-        "keras_mean_other_axis",
-        "hz_ln_x_over_std",
-        "hz_ln_no_sqrt",
-        "hz_ln_std_over_centered",
-        "hz_ln_mul_by_std",
-        "hz_ln_max_eps",
-        "hz_ln_sub_eps",
-        "hz_ln_square_of_mean",
-        "hz_ln_variance_of_x",
-        "hz_ln_one_pass_minus_mean_not_squared",
-        "hz_ln_centered_by_other_axis_mean",
-        "hz_ln_abs_variance",
-        "hz_ln_variance_of_other_centered",
-        "hz_ln_square_of_two_centerings",
-        "hz_rms_numerator_other_tensor",
-        "gn_instance_affine_half_not_minus_half",
-        "gn_instance_affine_one_over_is_two",
-        "gn_hand_written_half_not_minus_half",
-        "gn_hand_written_one_over_is_two",
-    }
+@pytest.mark.parametrize(
+    "name", _params([c for c in CASES if c.expect.outcome == "keep" and c.evidence is not None])
 )
-
-
-def _lookalike_params():
-    silent = pytest.mark.xfail(strict=True, reason="silent refusal: no near-miss pattern yet")
-    cases = [c for c in CASES if c.expect.outcome == "keep" and c.evidence is not None]
-    return [
-        pytest.param(param.values[0], marks=[*param.marks, silent])
-        if param.values[0] in SILENT_LOOKALIKES
-        else param
-        for param in _params(cases)
-    ]
-
-
-@pytest.mark.parametrize("name", _lookalike_params())
 def test_lookalike_reports_a_near_miss(name: str) -> None:
     """Issue 12: every look-alike that is not fused gets a near-miss (never a silent refusal)."""
     report = normfuse.optimize(_original(name)[0]).report
