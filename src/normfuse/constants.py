@@ -49,30 +49,14 @@ class ConstantReader:
         deduplicate equal initializers through `Identity`; Gemma's scale is `1 + w`), each with
         ONNX's semantics or not at all.
         """
-        tensor = _through_identities(tensor)
-        cached = self._values.get(id(tensor))
-        if cached is not None and cached[0] is tensor:
-            return cached[1]
-        try:
-            result = self._compute(tensor)
-        except RecursionError:  # a constant expression deeper than Python's stack: not folded
-            result = None
-        self._values[id(tensor)] = (tensor, result)
-        return result
+        return _memoised(self._values, _through_identities(tensor), self._compute, None)
 
     def is_constant(self, tensor: gs.Tensor) -> bool:
         """True for initializers, `Constant` nodes without attribute references, and the
         foldable ops applied to them."""
-        tensor = _through_identities(tensor)
-        cached = self._constant.get(id(tensor))
-        if cached is not None and cached[0] is tensor:
-            return cached[1]
-        try:
-            result = self._structurally_constant(tensor)
-        except RecursionError:
-            result = False
-        self._constant[id(tensor)] = (tensor, result)
-        return result
+        return _memoised(
+            self._constant, _through_identities(tensor), self._structurally_constant, False
+        )
 
     def _structurally_constant(self, tensor: gs.Tensor) -> bool:
         if isinstance(tensor, gs.Constant):
@@ -234,6 +218,20 @@ def _fits(values: np.ndarray, dtype: np.dtype) -> bool:
 def _truncating_div(a: int, b: int) -> int:
     quotient = abs(a) // abs(b)
     return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _memoised(table: dict, tensor: gs.Tensor, compute, fallback):
+    """`compute(tensor)`, once per tensor (keyed by identity; the tensor is held so its id is
+    never reused); `fallback` for an expression deeper than Python's stack (not folded)."""
+    cached = table.get(id(tensor))
+    if cached is not None and cached[0] is tensor:
+        return cached[1]
+    try:
+        result = compute(tensor)
+    except RecursionError:
+        result = fallback
+    table[id(tensor)] = (tensor, result)
+    return result
 
 
 def _through_identities(tensor: gs.Tensor) -> gs.Tensor:
