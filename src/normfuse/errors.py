@@ -14,6 +14,13 @@ class NormfuseError(Exception):
     """An expected failure caused by the user's input (bad file, bad option)."""
 
 
+def first_line(error: BaseException, width: int = 300) -> str:
+    """The first line of an exception's message (its type's name when empty), at most `width`
+    characters: what a one-line error shows of a library's multi-line message."""
+    text = str(error).strip()
+    return text.splitlines()[0][:width] if text else type(error).__name__
+
+
 def debugging() -> bool:
     """True when NORMFUSE_DEBUG=1: unexpected errors keep their traceback."""
     return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import onnx
 
-from normfuse.errors import NormfuseError
+from normfuse import sessions
+from normfuse.errors import NormfuseError, first_line
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
 
@@ -31,7 +32,7 @@ def check_output(
     if not ort_only:
         _unless_original_fails(_checker_error, before, after, "onnx.checker")
     _unless_original_fails(_inference_error, before, after, "strict shape inference")
-    _unless_original_fails(_session_error, before, after, "ONNX Runtime cannot load it")
+    _unless_original_fails(_session_error, before, after, "session")
 
 
 def _refused(why: str) -> NormfuseError:
@@ -64,9 +65,9 @@ def _checker_error(model: onnx.ModelProto) -> str | None:
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        return str(error).splitlines()[0] if str(error) else type(error).__name__
+        return first_line(error)
     except Exception as error:  # the checker itself tripped over the model
-        return f"{type(error).__name__}: {error}"
+        return f"{type(error).__name__}: {first_line(error)}"
     return None
 
 
@@ -78,19 +79,14 @@ def _inference_error(model: onnx.ModelProto) -> str | None:
     try:
         onnx.shape_inference.infer_shapes(stripped, check_type=True, strict_mode=True)
     except Exception as error:
-        return str(error).splitlines()[0] if str(error) else type(error).__name__
+        return first_line(error)
     return None
 
 
 def _session_error(model: onnx.ModelProto) -> str | None:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
+    """Why ONNX Runtime's CPU provider cannot load `model` (graph optimisations off), or None."""
     try:
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as error:
-        text = str(error).strip().splitlines()
-        return text[0][:300] if text else type(error).__name__
+        sessions.create(model, "cpu", "disable")
+    except NormfuseError as error:
+        return str(error)
     return None

@@ -333,12 +333,12 @@ def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
     return [tensor for node in graph.nodes for tensor in node.outputs]
 
 
-def apply_sites(graph: gs.Graph, sites: list[Site], names: _NameRegistry | None = None) -> None:
+def apply_sites(graph: gs.Graph, sites: list[Site], names: _NameRegistry) -> None:
     """Replace each site's subgraph by its fused node, keep output names, clean up, sort. New
-    names are unique across every scope in `names` (default: this graph alone)."""
+    names are unique across every scope in `names`."""
     if not sites:
         return
-    emitter = _Emitter(graph, names or _NameRegistry([graph]))
+    emitter = _Emitter(graph, names)
     for site in sites:
         _apply_site(emitter, site)
     graph.cleanup(remove_unused_graph_inputs=False).toposort()

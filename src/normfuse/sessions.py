@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-from normfuse.errors import NormfuseError
+from normfuse.errors import NormfuseError, first_line
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 LEVELS = {
@@ -78,13 +78,10 @@ def create_with_options(
             disabled_optimizers=list(disabled_optimizers) or None,
         )
     except Exception as error:  # ORT raises its own exception types
-        raise NormfuseError(f"ONNX Runtime cannot load the model: {_first_line(error)}") from None
+        raise NormfuseError(f"ONNX Runtime cannot load the model: {first_line(error)}") from None
     actual = session.get_providers()[0]
     if actual != PROVIDERS[provider]:
         raise NormfuseError(f"ONNX Runtime put the session on {actual}, not {PROVIDERS[provider]}")
     return session
 
 
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -18,7 +18,7 @@ import onnx
 
 from normfuse import sessions
 from normfuse.compare import OutputComparison, compare_output
-from normfuse.errors import NormfuseError
+from normfuse.errors import NormfuseError, first_line
 from normfuse.inputs import make_inputs
 from normfuse.model_io import external_tensors
 from normfuse.rewrite import Site
@@ -197,16 +197,14 @@ def _run(model, provider: str, level: str, base_dir, feeds: dict, what: str) -> 
     except NormfuseError:
         raise
     except Exception as error:
-        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
         raise NormfuseError(
             f"{what} does not run on the validation inputs ({provider}, level {level}): "
-            f"{type(error).__name__}: {first} (give --dims or --inputs)"
+            f"{type(error).__name__}: {first_line(error)} (give --dims or --inputs)"
         ) from None
 
 
 def _not_run(names: list[str], error: Exception) -> tuple[OutputComparison, ...]:
-    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-    detail = f"the candidate failed to run: {type(error).__name__}: {first}"
+    detail = f"the candidate failed to run: {type(error).__name__}: {first_line(error)}"
     inf = float("inf")
     return tuple(OutputComparison(n, "", inf, inf, inf, 0, 0, False, detail) for n in names)
 
@@ -260,8 +258,7 @@ def _float64_reference(
 
 def _reason(error: Exception, width: int = 200) -> str:
     """ONNX Runtime's message without its status prefix, shortened at a word boundary."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", text)
+    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", first_line(error, 10_000))
     return textwrap.shorten(text, width, placeholder=" ...")
 
 
@@ -313,8 +310,8 @@ def _check_site(
         actual = sessions.create(pair.after, provider).run(None, pair.feeds)[0]
         reference = _site_reference(pair.before, pair.feeds)
     except Exception as error:  # a site that cannot be run alone is not proved
-        note = f"the site could not be run alone: {type(error).__name__}: {error}"
-        return SiteCheck(site.output, site.kind, provider, None, note.splitlines()[0][:300])
+        note = f"the site could not be run alone: {type(error).__name__}: {first_line(error)}"
+        return SiteCheck(site.output, site.kind, provider, None, note)
     comparison = compare_output(
         site.output, expected, actual, options.atol, options.rtol, reference
     )
