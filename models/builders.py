@@ -1045,3 +1045,52 @@ def range_axes_model(shape: tuple = ("batch", 7, 32), axis: int = -1) -> onnx.Mo
     model = _single_op_model(b, out, shape, "range_axes")
     model.ir_version = 10
     return model
+
+
+def onnx_group_norm_function_model(
+    shape: tuple = (2, 8, 5, 5),
+    groups: int = 4,
+    epsilon: float = 1e-5,
+    affine_as_inputs: bool = False,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """`GroupNormalization`-21 replaced by ONNX's own function body for it, expanded by onnx's
+    backend-test helper (as in its `test_group_normalization_*_expanded` cases): Reshape to
+    [N, G, C/G, *S] with C/G computed by `Div`, then [N, G, -1], one-pass variance, Reshape back,
+    per-channel affine. Scale and bias are initializers, or graph inputs."""
+    from onnx.backend.test.case.node import function_expand_helper
+
+    rng = np.random.default_rng(seed)
+    channels = shape[1]
+    node = helper.make_node(
+        "GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=groups, epsilon=epsilon
+    )
+    schema = onnx.defs.get_schema("GroupNormalization", 21)
+    types = [
+        helper.make_tensor_type_proto(FLOAT, list(dims)) for dims in (shape, [channels], [channels])
+    ]
+    body = onnx.FunctionProto()
+    body.ParseFromString(
+        schema.get_context_dependent_function_with_opset_version(
+            21, node.SerializeToString(), [t.SerializeToString() for t in types]
+        )
+    )
+    for name, attribute in schema.attributes.items():
+        if name not in {a.name for a in node.attribute} and attribute.default_value:
+            node.attribute.append(attribute.default_value)
+    nodes = function_expand_helper(node, body, "group_norm_body")
+    scale = helper.make_tensor("scale", FLOAT, [channels], rng.uniform(0.5, 1.5, channels))
+    bias = helper.make_tensor("bias", FLOAT, [channels], rng.normal(0, 0.5, channels))
+    inputs = [helper.make_tensor_value_info("x", FLOAT, list(shape))]
+    if affine_as_inputs:
+        inputs += [helper.make_tensor_value_info(n, FLOAT, [channels]) for n in ("scale", "bias")]
+    graph = helper.make_graph(
+        nodes,
+        "onnx_group_norm_body",
+        inputs,
+        [helper.make_tensor_value_info("y", FLOAT, list(shape))],
+        [] if affine_as_inputs else [scale, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model

@@ -35,6 +35,7 @@ from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
 from normfuse.pattern import Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, Site
+from normfuse.static_values import MAX_DEPTH
 
 KIND = "group-norm"
 
@@ -110,8 +111,7 @@ def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | Non
 
 def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.Node]) -> Site:
     x, reshape = grouping
-    shape = checks.known_shape(x, context)
-    channels, groups, inner = _check_grouped_shape(shape, reshape, context)
+    x, shape, (channels, groups, inner) = _grouped_layout(x, reshape, context)
     back = _reshape_back(match.root, x, shape, context)
     if "instance_norm" in match:
         _check_instance_norm(match, context, groups)
@@ -153,13 +153,58 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     return checks.fused_site(KIND, match, context, io, 2 - rank, eps, (ones, None))
 
 
+def _grouped_layout(
+    x: gs.Tensor, reshape: gs.Node, context: Context
+) -> tuple[gs.Tensor, tuple, tuple[int, int, int | None]]:
+    """(x [N, C, *S], its shape, (C, G, C/G * prod(S))) for the tensor the grouping Reshape
+    groups. That is the Reshape's input, or, where the input is itself reshaped from a tensor
+    (ONNX's group-norm body: [N, C, *S] -> [N, G, C/G, *S] -> [N, G, -1]), the first tensor up
+    the chain of Reshapes that the grouped tensor groups. A Reshape moves no element, so a chain
+    is one Reshape to the grouped shape; with every dim but the first static on both ends and
+    G * rest = C * prod(S), the first dims are equal too (the element counts are)."""
+    try:
+        shape = checks.known_shape(x, context)
+        entries = _shape_entries(reshape.inputs[1], context)
+        zero_copies = not reshape.attrs.get("allowzero", 0)
+        return x, shape, _check_grouped_shape(shape, entries, x, zero_copies)
+    except checks.Reject as direct:
+        grouped = _static_tail(reshape.outputs[0], context)
+        source = x
+        for _ in range(MAX_DEPTH):
+            producer = source.inputs[0] if len(source.inputs) == 1 else None
+            if grouped is None or len(grouped) != 3 or producer is None:
+                break
+            if not _is(producer, "Reshape"):
+                break
+            source = producer.inputs[0]
+            shape = _static_tail(source, context)
+            if shape is None:
+                break
+            try:
+                entries = [0, *grouped[1:]]  # the first dim is N: element counts (see above)
+                return source, shape, _check_grouped_shape(shape, entries, source, True)
+            except checks.Reject:
+                continue
+        raise direct from None
+
+
+def _static_tail(tensor: gs.Tensor, context: Context) -> tuple | None:
+    """The shape of `tensor` when every dim but the first is static."""
+    shape = context.shape(tensor)
+    if shape is None or not shape or not all(isinstance(d, int) for d in shape[1:]):
+        return None
+    return shape
+
+
 def _check_grouped_shape(
-    shape: tuple, reshape: gs.Node, context: Context
+    shape: tuple,
+    target: list[ShapeEntry] | None,
+    x: gs.Tensor,
+    zero_copies: bool,
 ) -> tuple[int, int, int | None]:
-    """(C, G, C/G * prod(S)) when the Reshape turns [N, C, *S] into [N, G, C/G * prod(S)]; the last
-    is None when S is not static (the Reshape must then infer it: -1)."""
-    target = _shape_entries(reshape.inputs[1], context)
-    x = reshape.inputs[0]
+    """(C, G, C/G * prod(S)) when `target` (the grouped shape, as entries) turns x [N, C, *S] into
+    [N, G, C/G * prod(S)]; the last is None when S is not static (the Reshape must then infer it:
+    -1). A 0 in `target` copies x's dim where `zero_copies`."""
     if len(shape) < 3 or target is None or len(target) != 3:
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
@@ -168,7 +213,6 @@ def _check_grouped_shape(
     if not isinstance(channels, int):
         raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
     batch, groups, rest = target
-    zero_copies = not reshape.attrs.get("allowzero", 0)
     batch_kept = batch == (x, 0) or (batch == 0 and zero_copies) or _static(batch, shape[0])
     if not batch_kept or not isinstance(groups, int) or groups <= 0:
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")

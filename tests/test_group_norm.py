@@ -20,6 +20,7 @@ from models.builders import (
     LayerNormSpec,
     add_layer_norm,
     group_norm_block_model,
+    onnx_group_norm_function_model,
 )
 from normfuse.forms import FormChooser
 from normfuse.subgraph import as_float64
@@ -211,3 +212,54 @@ def test_layer_norm_of_a_reshaped_tensor_is_no_group_norm() -> None:
     assert result.report.near_misses == []
     feeds = random_inputs(model, seed=3)
     assert max_abs_diff(model, result.model, feeds) <= FLOAT32_ATOL
+
+
+ONNX_BODY_VARIANTS = {
+    "static": {},
+    "affine_as_graph_inputs": {"affine_as_inputs": True},
+    "symbolic_batch": {"shape": ("batch", 8, 5, 5)},
+    "32_channels_8_groups": {"shape": (1, 32, 4, 4), "groups": 8},
+    "rank_3": {"shape": (2, 6, 3), "groups": 3},
+    "group_per_channel": {"shape": (2, 6, 3), "groups": 6},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_BODY_VARIANTS))
+def test_fuses_onnx_group_norm_function_body(name: str) -> None:
+    """ONNX's own GroupNormalization-21 body (C/G computed by Div, a 5-D Reshape before the
+    grouped one, one-pass variance) fuses into one LayerNormalization, and the caller's model is
+    not changed (its unnamed Constant values stay unnamed)."""
+    original = onnx_group_norm_function_model(**ONNX_BODY_VARIANTS[name])
+    before = original.SerializeToString()
+    result = normfuse.optimize(original)
+    assert original.SerializeToString() == before
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    counts = op_counts(result.model)
+    assert counts["LayerNormalization"] == 1
+    assert not {"ReduceMean", "Sqrt"} & set(counts)
+    assert counts["Div"] == 1  # C / G, which the kept Reshape still computes
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = random_inputs(original, {"batch": 3}, seed=2)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    for x in adversarial_inputs(feeds["x"].shape):
+        cases = {**feeds, "x": x}
+        reference = run(as_float64(original), {k: v.astype(np.float64) for k, v in cases.items()})
+        before_run, after = run(original, cases)[0], run(result.model, cases)[0]
+        assert np.all(np.isfinite(after))
+        scale = max(1.0, float(np.max(np.abs(reference[0]))))
+        close = np.max(np.abs(after - before_run)) <= FLOAT32_ATOL * scale
+        # One-pass variance cancels on a large mean: the original gives NaN (a negative variance)
+        # where float64 does not; the fused node must then be nearer float64 than the original.
+        error_before = np.nan_to_num(np.abs(before_run - reference[0]), nan=np.inf)
+        better = np.max(np.abs(after - reference[0])) <= np.max(error_before)
+        assert close or better
+
+
+def test_onnx_group_norm_body_with_dynamic_spatial_dims_is_left_with_its_reason() -> None:
+    """C/G * H * W is not static: the grouped dim (and LayerNormalization's scale) is unknown."""
+    original = onnx_group_norm_function_model(shape=(1, 8, "h", "w"))
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert "not-channel-groups" in [miss.reason for miss in result.report.near_misses]

@@ -411,3 +411,50 @@ def test_loop_body_input_shadowing_an_outer_name():
     )
     report = assert_sound(outer, feeds_for(), {})
     assert [site.kind for site in report.sites] == ["layer-norm", "layer-norm"]
+
+
+def test_kept_constant_nodes_of_the_caller_stay_as_they_are():
+    """gs writes each constant's name into the TensorProto it was read from: an unnamed
+    `Constant` value the rewrite keeps must not gain a name in the caller's model."""
+    from models.builders import LayerNormSpec, norm_model
+
+    model = norm_model(LayerNormSpec(), shape=(2, 7, 32))
+    unnamed = nh.from_array(np.array([2, 7, 32], np.int64))
+    unnamed.ClearField("name")
+    final = model.graph.output[0].name
+    model.graph.node.append(helper.make_node("Constant", [], ["target"], value=unnamed))
+    model.graph.node.append(helper.make_node("Reshape", [final, "target"], ["reshaped"]))
+    model.graph.output[0].name = "reshaped"
+    before = model.SerializeToString()
+    result = normfuse.optimize(model)
+    assert len(result.report.sites) == 1
+    assert model.SerializeToString() == before
+
+
+@pytest.mark.parametrize("overridable", [False, True])
+def test_shape_arithmetic_folds_only_from_true_constants(overridable):
+    """A Reshape target computed by Div (which onnx's data propagation does not follow) is folded
+    to derive the output shape, unless a part of it is an initializer a caller may override."""
+    from normfuse.shapes import derive_types
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 8, 5])
+    groups = nh.from_array(np.array([4], np.int64), "groups")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["n"], start=0, end=1),
+        helper.make_node("Shape", ["x"], ["c"], start=1, end=2),
+        helper.make_node("Div", ["c", "groups"], ["per_group"]),
+        helper.make_node("Shape", ["x"], ["rest"], start=2),
+        helper.make_node("Concat", ["n", "groups", "per_group", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["grouped"]),
+    ]
+    inputs = [x]
+    if overridable:
+        inputs.append(helper.make_tensor_value_info("groups", onnx.TensorProto.INT64, [1]))
+    out = helper.make_tensor_value_info("grouped", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "g", inputs, [out], [groups])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    shape = derive_types(model).types["grouped"][1]
+    if overridable:
+        assert shape is None or not all(isinstance(d, int) for d in shape[1:])
+    else:
+        assert shape == ("n", 4, 2, 5)

@@ -98,6 +98,35 @@ def test_model_local_functions_are_raised_with_the_model(target: str) -> None:
     assert_same_numerics(original, result.model, seed=32)
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+@pytest.mark.parametrize("opset", [13, 15, 16])
+def test_a_site_inside_a_function_raises_the_model(target: str, opset: int) -> None:
+    """The only norm is inside a function importing the model's opset: the site asks for the
+    raise itself, so the result is standard ONNX at 17 (not an ORT-only node at the old opset)."""
+    original = local_function_model(sequences=(7, 5), opset=opset)
+    result = normfuse.optimize(original, target=target)
+    assert len(result.report.sites) == 1
+    assert not result.report.ort_only
+    assert targets.default_opset(result.model) == 17
+    assert [e.version for f in result.model.functions for e in f.opset_import] == [17]
+    onnx.checker.check_model(result.model, full_check=True)
+    assert_same_numerics(original, result.model, seed=33)
+
+
+def test_a_function_at_another_opset_keeps_it() -> None:
+    """A function importing another opset than the model is never raised: its site is the
+    ORT-only form at the function's opset for ONNX Runtime, and refused for standard ONNX."""
+    original = local_function_model(opset=16)
+    original.functions[0].opset_import[0].version = 15
+    result = normfuse.optimize(original, target="ort")
+    assert [site.ort_only for site in result.report.sites] == [True]
+    assert targets.default_opset(result.model) == 16
+    assert_same_numerics(original, result.model, seed=34)
+    result = normfuse.optimize(original, target="onnx")
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["opset-too-low"]
+
+
 def test_function_at_another_opset_blocks_the_raise() -> None:
     model = local_function_model(opset=16)
     model.functions[0].opset_import[0].version = 15

@@ -192,7 +192,7 @@ def _contexts(
         (function.domain, function.name): dataclasses.replace(
             context,
             types=view.function_types[(function.domain, function.name)],
-            emissions=targets.function_emissions(function, target),
+            emissions=targets.function_emissions(function, original, target),
             conflicts=frozenset(),
         )
         for function in original.functions
@@ -294,6 +294,7 @@ def _export(
 ) -> onnx.ModelProto:
     """The original model with its graph and local functions replaced; model-level fields, graph
     I/O and overridable initializers (defaults of graph inputs) kept."""
+    model_view.detach_from_caller(graph)
     try:
         exported_model = gs.export_onnx(graph, do_type_check=False)
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names

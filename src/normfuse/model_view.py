@@ -13,6 +13,7 @@ from pathlib import Path
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse.errors import NormfuseError
 from normfuse.scopes import (
@@ -103,3 +104,30 @@ def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
         frozenset(overridable(unique.graph)),
         unsupported,
     )
+
+
+def detach_from_caller(graph: gs.Graph) -> None:
+    """Give every constant whose export would write into the caller's model its own copy.
+
+    gs keeps each constant as a lazy view of the model's own TensorProto and, on export, sets that
+    proto's `name` to the constant's: an unnamed `Constant` node value gains a present (empty)
+    name, a renamed constant renames the caller's tensor. Those few are copied first (initializers
+    that keep their name are left as views, so no weight is copied)."""
+    scopes = [graph, *graph.subgraphs(recursive=True)]
+    for function in graph.functions:
+        scopes += [function, *function.subgraphs(recursive=True)]
+    for scope in scopes:
+        constants = [t for t in scope.tensors().values() if isinstance(t, gs.Constant)]
+        for node in scope.nodes:
+            constants += [v for v in node.attrs.values() if isinstance(v, gs.Constant)]
+        for constant in constants:
+            values = constant._values
+            if not isinstance(values, LazyValues) or not isinstance(
+                values.tensor, onnx.TensorProto
+            ):
+                continue
+            proto = values.tensor
+            if not proto.HasField("name") or proto.name != constant.name:
+                copy = onnx.TensorProto()
+                copy.CopyFrom(proto)
+                constant._values = LazyValues(copy)

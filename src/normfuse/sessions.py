@@ -83,5 +83,3 @@ def create_with_options(
     if actual != PROVIDERS[provider]:
         raise NormfuseError(f"ONNX Runtime put the session on {actual}, not {PROVIDERS[provider]}")
     return session
-
-

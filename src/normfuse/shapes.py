@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
+import onnx_graphsurgeon as gs
 
+from normfuse.constants import ConstantReader
+from normfuse.rewrite import Context
 from normfuse.scopes import all_graphs
 from normfuse.skeleton import skeleton
+from normfuse.static_values import MAX_DEPTH, static_value
+from normfuse.targets import Target
 
 TensorType = tuple[int, tuple[int | str | None, ...] | None]
+# Rounds of folding Reshape targets and inferring again (each round may make the next fold
+# possible: a Reshape whose input became static).
+FOLD_ROUNDS = 3
+FOLDED_PREFIX = "normfuse_static_shape"
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,14 @@ def derive_types(model: onnx.ModelProto) -> TypeFacts:
     inferred = _inferred(stripped)
     types: dict[str, TensorType] = {}
     _collect(inferred.graph, types)
+    for _ in range(FOLD_ROUNDS):
+        folded = fold_reshape_targets(stripped, types)
+        if folded is None:
+            break
+        stripped = folded
+        inferred = _inferred(stripped)
+        types = {}
+        _collect(inferred.graph, types)
     declared: dict[str, TensorType] = {}
     _collect(model.graph, declared)
     conflicts = frozenset(
@@ -46,6 +65,82 @@ def derive_types(model: onnx.ModelProto) -> TypeFacts:
 def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     """Map tensor names to derived (element type, shape) (see `derive_types`)."""
     return derive_types(model).types
+
+
+def fold_reshape_targets(
+    stripped: onnx.ModelProto, types: dict[str, TensorType]
+) -> onnx.ModelProto | None:
+    """A copy of `stripped` (a claim-free skeleton) in which the shape arithmetic feeding each
+    main-graph Reshape whose output inference left not static is replaced, where it folds exactly
+    from static shapes, by initializers: onnx's data propagation stops at `Div` (ONNX's own
+    group-norm body computes C / G), so the parts it cannot propagate are given as values and
+    inference goes on from there (a symbolic batch dim stays symbolic). None when nothing folds.
+    Only for deriving types: the model itself is never changed. Initializers that are also graph
+    inputs are not constants."""
+    candidates = [
+        node
+        for node in stripped.graph.node
+        if node.op_type == "Reshape"
+        and node.domain in ("", "ai.onnx")
+        and len(node.input) == 2
+        and node.output
+        and not _static(types.get(node.output[0]))
+    ]
+    if not candidates:
+        return None
+    model = onnx.ModelProto()
+    model.CopyFrom(stripped)
+    inputs = {info.name for info in model.graph.input}
+    kept = [tensor for tensor in model.graph.initializer if tensor.name not in inputs]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    try:
+        graph = gs.import_onnx(model)
+    except Exception:  # a graph gs cannot read: no folding
+        return None
+    context = Context(ConstantReader(None), types, Target.ORT, {})
+    tensors = graph.tensors()
+    outputs = {info.name for info in model.graph.output}
+    folded: dict[str, np.ndarray] = {}
+    for node in candidates:
+        if node.input[1] in tensors:
+            _fold_parts(tensors[node.input[1]], context, folded, MAX_DEPTH)
+    folded = {name: value for name, value in folded.items() if name not in outputs}
+    if not folded:
+        return None
+    used = set(tensors)
+    for node in model.graph.node:
+        for index, name in enumerate(node.output):
+            if name in folded:
+                fresh = f"{FOLDED_PREFIX}_{name}"
+                while fresh in used:
+                    fresh += "_"
+                used.add(fresh)
+                node.output[index] = fresh
+                model.graph.initializer.append(onnx.numpy_helper.from_array(folded[name], name))
+    return model
+
+
+def _fold_parts(
+    tensor: gs.Tensor, context: Context, folded: dict[str, np.ndarray], depth: int
+) -> None:
+    """Record in `folded` the largest computed (not yet constant) parts of `tensor`'s
+    producers that fold to a value."""
+    if depth == 0 or tensor.name in folded or context.reader.value(tensor) is not None:
+        return
+    if len(tensor.inputs) != 1:
+        return
+    value = static_value(tensor, context)
+    if value is not None:
+        folded[tensor.name] = value
+        return
+    for source in tensor.inputs[0].inputs:
+        if source.name:
+            _fold_parts(source, context, folded, depth - 1)
+
+
+def _static(found: TensorType | None) -> bool:
+    return found is not None and found[1] is not None and all(isinstance(d, int) for d in found[1])
 
 
 def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -101,6 +101,8 @@ def _fold(node: gs.Node, inputs: list[np.ndarray | None]) -> np.ndarray | None:
         return None  # integer arithmetic only: exact
     if op in _BINARY and inputs[1].dtype == first.dtype:
         return _BINARY[op](first, inputs[1])
+    if op == "Div" and inputs[1].dtype == first.dtype:
+        return _exact_division(first, inputs[1])
     if op == "Gather" and attrs.get("axis", 0) == 0 and first.ndim == 1 and inputs[1].ndim <= 1:
         return _gather(first, inputs[1])
     if op == "ReduceProd" and len(inputs) == 1 and not attrs.get("axes") and first.ndim == 1:
@@ -116,6 +118,19 @@ def _fold(node: gs.Node, inputs: list[np.ndarray | None]) -> np.ndarray | None:
         start, limit, delta = (int(v.reshape(())) for v in inputs)
         return None if delta == 0 else np.arange(start, limit, delta, dtype=first.dtype)
     return None
+
+
+def _exact_division(dividend: np.ndarray, divisor: np.ndarray) -> np.ndarray | None:
+    """Integer `Div` of non-negative values by positive ones where every quotient is exact (C / G
+    of a group norm); None otherwise, so no rounding convention is ever assumed."""
+    if np.any(dividend < 0) or np.any(divisor <= 0):
+        return None
+    try:
+        if np.any(dividend % divisor):
+            return None
+    except ValueError:  # shapes that do not broadcast
+        return None
+    return dividend // divisor
 
 
 def _reshape(op: str, attrs: dict, inputs: list[np.ndarray]) -> np.ndarray | None:

@@ -295,10 +295,16 @@ def import_domain(model: onnx.ModelProto, domain: str, version: int = 1) -> None
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
 
 
-def function_emissions(function: onnx.FunctionProto, target: Target) -> dict[str, Emission | None]:
-    """Emissions inside a model-local function, at the function's own opset, which is never
-    raised (their `opset` is 0: they ask nothing of the model's opset import)."""
-    opset = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), 0)
+def function_emissions(
+    function: onnx.FunctionProto, model: onnx.ModelProto, target: Target
+) -> dict[str, Emission | None]:
+    """Emissions inside a model-local function. A function importing the model's own opset is
+    raised with the model, so it gets the model's emissions (a site there may ask for the raise);
+    one importing another opset keeps it and is never raised (its emissions ask nothing of the
+    model's opset import: `opset` 0)."""
+    opset = _function_opset(function) or 0
+    if opset == default_opset(model):
+        return emissions(model, target)
     layer_norm = _layer_norm(opset, target, False)
     found = {"layer-norm": layer_norm, "rms-norm": _rms_norm(opset, target), **_group(layer_norm)}
     return {kind: e and dataclasses.replace(e, opset=0) for kind, e in found.items()}
