@@ -101,15 +101,25 @@ _L2_NORMALISED = Op(
     AnyOf(Op("Add", _l2, Const("epsilon")), Op("Max", _l2, Const("epsilon")), _l2),
     name="l2_normalised",
 )
-# Last resort, so that no look-alike is refused silently: a mean of squares that none of the
-# spellings above turns into an RMS norm (the smallest candidate of its site).
-_LOOKALIKE = Op(
-    "ReduceMean",
-    AnyOf(Op("Pow", _x, Const("two", 2.0)), Op("Mul", _x, _x)),
-    name="reduce",
-    extra_inputs=True,
+# Last resort, so that no look-alike is refused silently: a mean of squares (or of any power),
+# a sum of squares or an L2 norm that none of the spellings above turns into an RMS norm (the
+# smallest candidate of its site).
+_LOOKALIKES = (
+    Op(
+        "ReduceMean",
+        AnyOf(Op("Pow", _x, Var("lookalike_exponent")), Op("Mul", _x, _x)),
+        name="reduce",
+        extra_inputs=True,
+    ),
+    Op("ReduceSumSquare", _x, name="reduce", extra_inputs=True),
+    Op("ReduceL2", _x, name="reduce", extra_inputs=True),
 )
-PATTERNS = (*_ROOTS, _L2_NORMALISED, _LOOKALIKE)
+PATTERNS = (*_ROOTS, _L2_NORMALISED, *_LOOKALIKES)
+_LOOKALIKE_STATISTICS = {
+    "ReduceMean": "a mean of squares (or of another power)",
+    "ReduceSumSquare": "a sum of squares",
+    "ReduceL2": "an L2 norm",
+}
 
 
 class RmsNormPass:
@@ -146,9 +156,10 @@ def _also_averaged(tensors: list[gs.Tensor], reduce: gs.Node) -> bool:
 
 def _check(match: Match, context: Context) -> Site:
     if match.root is match["reduce"]:  # the last-resort pattern: nothing larger matched
+        statistic = _LOOKALIKE_STATISTICS[match.node("reduce").op]
         raise checks.Reject(
             "not-rms-norm",
-            "a mean of squares is computed here, but what follows is no spelling of RMS "
+            f"{statistic} is computed here, but what follows is no spelling of RMS "
             "normalisation that normfuse can prove exact; left alone",
         )
     if "rms_plus_epsilon" in match:

@@ -239,6 +239,30 @@ def test_npz_overrides_are_checked(tmp_path: Path) -> None:
             make_inputs(model, {}, npz=path)
 
 
+def test_npz_may_override_an_initializer_that_is_a_graph_input(tmp_path: Path) -> None:
+    """An initializer listed as a graph input is a default a caller may feed: --inputs takes it,
+    checked like any input, and validation then compares both models under that value."""
+    model = norm_model(LayerNormSpec(), shape=(2, 7, 32))
+    weight = next(t for t in model.graph.initializer if t.name.startswith("weight"))
+    model.graph.input.append(
+        onnx.helper.make_tensor_value_info(weight.name, weight.data_type, list(weight.dims))
+    )
+    given = np.full(tuple(weight.dims), 0.25, np.float32)
+    path = tmp_path / "weight.npz"
+    np.savez(path, **{weight.name: given})
+    feeds, _ = make_inputs(model, {}, npz=path)
+    assert np.array_equal(feeds[weight.name], given)
+    feeds, _ = make_inputs(model, {})
+    assert weight.name not in feeds  # not given: the default is used
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **{weight.name: np.zeros((3,), np.float32)})
+    with pytest.raises(normfuse.NormfuseError, match="shape"):
+        make_inputs(model, {}, npz=bad)
+    fused = normfuse.optimize(model).model
+    report = normfuse.validate(model, fused, ValidationOptions(npz=path))
+    assert report.passed
+
+
 def test_cuda_request_without_cuda_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
     with pytest.raises(normfuse.NormfuseError, match="onnxruntime-gpu"):

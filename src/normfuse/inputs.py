@@ -62,7 +62,12 @@ def make_inputs(
     notes: list[str] = []
     signature = graph_inputs(model)
     dtypes = {info.name: _input_dtype(info) for info in signature}
-    overrides = _load_npz(npz, signature, dtypes) if npz else {}
+    overrides = {}
+    if npz:
+        # Initializers that are also graph inputs are inputs too: a caller may feed them.
+        defaults = [info for info in overridable_inputs(model) if info.type.HasField("tensor_type")]
+        dtypes.update({info.name: _input_dtype(info) for info in defaults})
+        overrides = _load_npz(npz, [*signature, *defaults], dtypes)
     shapes = {
         info.name: _concrete_shape(info, dims or {}, notes)
         for info in signature
@@ -73,10 +78,10 @@ def make_inputs(
     feeds = {}
     for info in signature:
         if info.name in overrides:
-            feeds[info.name] = overrides[info.name]
             continue
         dtype, shape = dtypes[info.name], shapes[info.name]
         feeds[info.name] = _generate(info.name, dtype, shape, tables.get(info.name), rng, notes)
+    feeds.update(overrides)
     return feeds, notes
 
 
@@ -138,6 +143,12 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The graph inputs that are not initializers (what a caller must feed)."""
     initializers = {tensor.name for tensor in model.graph.initializer}
     return [info for info in model.graph.input if info.name not in initializers]
+
+
+def overridable_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs that are also initializers (defaults a caller may override)."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    return [info for info in model.graph.input if info.name in initializers]
 
 
 def _load_npz(

@@ -11,7 +11,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse.constants import ConstantReader
 from normfuse.rewrite import Context
-from normfuse.scopes import all_graphs
+from normfuse.scopes import all_graphs, overridable
 from normfuse.skeleton import skeleton
 from normfuse.static_values import MAX_DEPTH, static_value
 from normfuse.targets import Target
@@ -75,8 +75,7 @@ def fold_reshape_targets(
     from static shapes, by initializers: onnx's data propagation stops at `Div` (ONNX's own
     group-norm body computes C / G), so the parts it cannot propagate are given as values and
     inference goes on from there (a symbolic batch dim stays symbolic). None when nothing folds.
-    Only for deriving types: the model itself is never changed. Initializers that are also graph
-    inputs are not constants."""
+    Only for deriving types: the model itself is never changed."""
     candidates = [
         node
         for node in stripped.graph.node
@@ -89,11 +88,7 @@ def fold_reshape_targets(
     if not candidates:
         return None
     model = onnx.ModelProto()
-    model.CopyFrom(stripped)
-    inputs = {info.name for info in model.graph.input}
-    kept = [tensor for tensor in model.graph.initializer if tensor.name not in inputs]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
+    model.CopyFrom(stripped)  # initializers that are graph inputs are inputs only already
     try:
         graph = gs.import_onnx(model)
     except Exception:  # a graph gs cannot read: no folding
@@ -144,8 +139,16 @@ def _static(found: TensorType | None) -> bool:
 
 
 def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A skeleton without value_info or declared output shapes, in which initializers that are
+    also graph inputs are inputs only: a caller may feed another value, so data-propagating
+    inference must not derive shapes (a Reshape's rank, a Tile's width) from their defaults."""
     copy = skeleton(model)
     for graph in all_graphs(copy.graph):
+        defaults = overridable(graph)
+        if defaults:
+            kept = [tensor for tensor in graph.initializer if tensor.name not in defaults]
+            del graph.initializer[:]
+            graph.initializer.extend(kept)
         del graph.value_info[:]
         inputs = {info.name for info in graph.input}
         for info in graph.output:
