@@ -103,15 +103,14 @@ def test_rejects_intermediate_used_elsewhere(node: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "node", "index"),
     [
-        (LayerNormSpec(), "ReduceMean", 1),
         (LayerNormSpec(divide="reciprocal"), "Reciprocal", 2),
         (LayerNormSpec(divide="pow_half"), "Pow", 2),
         (LayerNormSpec(form="keras"), "Reciprocal", 2),
     ],
-    ids=["mean", "reciprocal", "pow-minus-half", "keras"],
+    ids=["reciprocal", "pow-minus-half", "keras"],
 )
-def test_fuses_with_mean_or_inv_std_outputs_where_they_are_used(spec, node, index) -> None:
-    """The mean or 1/std used outside become LayerNormalization's optional outputs."""
+def test_fuses_with_inv_std_output_where_it_is_used(spec, node, index) -> None:
+    """1/std used outside becomes LayerNormalization's optional InvStdDev output."""
     original = norm_model(spec, expose=node)
     if node == "Pow":  # the second Pow of the spelling: Pow(variance + epsilon, -0.5)
         exposed = [n for n in original.graph.node if n.op_type == "Pow"][1].output[0]
@@ -124,20 +123,34 @@ def test_fuses_with_mean_or_inv_std_outputs_where_they_are_used(spec, node, inde
     assert ln.output[index] == original.graph.output[1].name
     onnx.checker.check_model(fused, full_check=True)
     assert_same_numerics(original, fused, seed=22)
+    assert_same_on_infinite_rows(original, fused)
 
 
-def test_onnx_layer_norm_function_body_is_declined_while_its_std_feeds_a_reciprocal() -> None:
-    """ONNX's own function body for LayerNormalization (Flatten to 2-D, one-pass variance,
-    Reshape back; Mean and InvStdDev outputs): InvStdDev is Reciprocal(std) beside the Div, and
-    the std cannot be shared while a Sqrt that is only a graph output looks the same here."""
-    from models.builders import onnx_layer_norm_function_model
+def assert_same_on_infinite_rows(original: onnx.ModelProto, fused: onnx.ModelProto) -> None:
+    """Rows holding +inf or -inf give the same outputs, NaN where NaN and inf where inf."""
+    feeds = random_inputs(original, seed=23)
+    for value in (np.inf, -np.inf):
+        x = next(iter(feeds.values())).copy()
+        x[..., 0] = value
+        name = next(iter(feeds))
+        for expected, actual in zip(run(original, {name: x}), run(fused, {name: x}), strict=True):
+            np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
 
-    original = onnx_layer_norm_function_model()
+
+def test_a_mean_used_elsewhere_stays_the_models_own_reduce_mean() -> None:
+    """ONNX Runtime's LayerNormalization gives Mean = NaN for a row holding +-inf, where
+    ReduceMean gives +-inf: a mean used outside is not taken from the fused node; its ReduceMean
+    stays and the norm fuses."""
+    original = norm_model(LayerNormSpec(), expose="ReduceMean")
     result = normfuse.optimize(original)
-    assert result.report.sites == []
-    misses = result.report.near_misses
-    assert [miss.reason for miss in misses] == ["intermediate-used-elsewhere"]
-    assert "Reciprocal" in misses[0].detail
+    fused = result.model
+    assert op_types(fused) == ["ReduceMean", "LayerNormalization", "MatMul", "Add"]
+    ln = next(n for n in fused.graph.node if n.op_type == "LayerNormalization")
+    assert len(ln.output) == 1
+    assert result.report.near_misses == []
+    onnx.checker.check_model(fused, full_check=True)
+    assert_same_numerics(original, fused, seed=22)
+    assert_same_on_infinite_rows(original, fused)
 
 
 def test_fuses_core_when_only_the_normed_tensor_escapes() -> None:
