@@ -155,6 +155,7 @@ class FusionPass(Protocol):
     kind: str
     patterns: tuple[Pattern, ...]
     # Bindings whose nodes may also feed nodes outside the match, and then stay (an input Cast).
+    # A pass may also declare `never_outputs`: shared bindings that may not be graph outputs.
     shared_names: tuple[str, ...]
 
     def site_key(self, match: Match) -> gs.Node:
