@@ -175,8 +175,10 @@ class LayerNormPass:
     kind = KIND
     patterns = PATTERNS
     # Statistics that may also be used outside: checked by `norm_checks.statistics_outputs`.
-    # ("std" is not: a Sqrt that is a graph output cannot be told from one used only inside.)
-    shared_names = ("upcast", "mean", "inv_std")
+    shared_names = ("upcast", "mean", "inv_std", "std")
+    # Shared bindings that may not be graph outputs themselves (the fused node provides only
+    # what a Reciprocal of the std computes, never the std): checked by the driver.
+    never_outputs = ("std",)
 
     def site_key(self, match: Match) -> gs.Node:
         """The mean's ReduceMean identifies one layer norm."""
@@ -222,7 +224,7 @@ def _check(match: Match, context: Context) -> Site:
     if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
         scale = -scale
     bias = None if bias is None else bias.astype(io.dtype)
-    extra = checks.statistics_outputs(match, context, io, None, rank)
+    extra = checks.statistics_outputs(match, context, io, None, shape, axes)
     return checks.fused_site(
         KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra
     )
@@ -242,7 +244,7 @@ def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shap
     if "negated_numerator" in match:
         scale = -scale
     bias = None if bias is None else bias.astype(io.dtype)
-    checks.statistics_outputs(match, context, io, "channel-first", rank)
+    checks.statistics_outputs(match, context, io, "channel-first", shape, None)
     to_last = (0, *range(2, rank), 1)
     back = (0, rank - 1, *range(1, rank - 1))
     return checks.fused_site(KIND, match, context, io, -1, eps, (scale, bias), (to_last, back))

@@ -17,15 +17,22 @@ from helpers import (
 
 import normfuse
 from models.builders import (
+    FUNCTION_BODY_NEGATIVES,
+    OTHER_FAMILIES,
+    SHARED_CENTERED_NEGATIVES,
+    LayerNormSpec,
+    norm_model,
+    onnx_layer_norm_function_model,
+    shared_centered_model,
+)
+from models.builders import (
     LAYER_NORM_NEGATIVES as NEGATIVES,
 )
 from models.builders import (
     LAYER_NORM_POSITIVES as POSITIVES,
 )
 from models.builders import (
-    OTHER_FAMILIES,
-    LayerNormSpec,
-    norm_model,
+    LAYER_NORM_STRUCTURES as STRUCTURES,
 )
 from normfuse.subgraph import as_float64
 
@@ -103,15 +110,14 @@ def test_rejects_intermediate_used_elsewhere(node: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "node", "index"),
     [
-        (LayerNormSpec(), "ReduceMean", 1),
         (LayerNormSpec(divide="reciprocal"), "Reciprocal", 2),
         (LayerNormSpec(divide="pow_half"), "Pow", 2),
         (LayerNormSpec(form="keras"), "Reciprocal", 2),
     ],
-    ids=["mean", "reciprocal", "pow-minus-half", "keras"],
+    ids=["reciprocal", "pow-minus-half", "keras"],
 )
-def test_fuses_with_mean_or_inv_std_outputs_where_they_are_used(spec, node, index) -> None:
-    """The mean or 1/std used outside become LayerNormalization's optional outputs."""
+def test_fuses_with_inv_std_output_where_it_is_used(spec, node, index) -> None:
+    """1/std used outside becomes LayerNormalization's optional InvStdDev output."""
     original = norm_model(spec, expose=node)
     if node == "Pow":  # the second Pow of the spelling: Pow(variance + epsilon, -0.5)
         exposed = [n for n in original.graph.node if n.op_type == "Pow"][1].output[0]
@@ -124,20 +130,85 @@ def test_fuses_with_mean_or_inv_std_outputs_where_they_are_used(spec, node, inde
     assert ln.output[index] == original.graph.output[1].name
     onnx.checker.check_model(fused, full_check=True)
     assert_same_numerics(original, fused, seed=22)
+    assert_same_on_infinite_rows(original, fused)
 
 
-def test_onnx_layer_norm_function_body_is_declined_while_its_std_feeds_a_reciprocal() -> None:
-    """ONNX's own function body for LayerNormalization (Flatten to 2-D, one-pass variance,
-    Reshape back; Mean and InvStdDev outputs): InvStdDev is Reciprocal(std) beside the Div, and
-    the std cannot be shared while a Sqrt that is only a graph output looks the same here."""
-    from models.builders import onnx_layer_norm_function_model
+def assert_same_on_infinite_rows(original: onnx.ModelProto, fused: onnx.ModelProto) -> None:
+    """Rows holding +inf or -inf give the same outputs, NaN where NaN and inf where inf."""
+    feeds = random_inputs(original, seed=23)
+    name = original.graph.input[0].name
+    for value in (np.inf, -np.inf):
+        x = feeds[name].copy()
+        x[..., 0] = value
+        case = {**feeds, name: x}
+        for expected, actual in zip(run(original, case), run(fused, case), strict=True):
+            np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
 
-    original = onnx_layer_norm_function_model()
+
+def test_a_mean_used_elsewhere_stays_the_models_own_reduce_mean() -> None:
+    """ONNX Runtime's LayerNormalization gives Mean = NaN for a row holding +-inf, where
+    ReduceMean gives +-inf: a mean used outside is not taken from the fused node; its ReduceMean
+    stays and the norm fuses."""
+    original = norm_model(LayerNormSpec(), expose="ReduceMean")
     result = normfuse.optimize(original)
-    assert result.report.sites == []
-    misses = result.report.near_misses
-    assert [miss.reason for miss in misses] == ["intermediate-used-elsewhere"]
-    assert "Reciprocal" in misses[0].detail
+    fused = result.model
+    assert op_types(fused) == ["ReduceMean", "LayerNormalization", "MatMul", "Add"]
+    ln = next(n for n in fused.graph.node if n.op_type == "LayerNormalization")
+    assert len(ln.output) == 1
+    assert result.report.near_misses == []
+    onnx.checker.check_model(fused, full_check=True)
+    assert_same_numerics(original, fused, seed=22)
+    assert_same_on_infinite_rows(original, fused)
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURES))
+def test_fuses_every_norm_of_a_structure(name: str) -> None:
+    """ONNX's function body (Mean and InvStdDev used) fuses to one node whose InvStdDev is the
+    Reciprocal's output; two norms sharing a mean or x - mean fuse to two nodes, and the shared
+    nodes die."""
+    original = STRUCTURES[name]()
+    result = normfuse.optimize(original)
+    fused = result.model
+    norms = [n for n in fused.graph.node if n.op_type == "LayerNormalization"]
+    assert len(norms) == len(result.report.sites) == (2 if name.startswith("shared") else 1)
+    assert result.report.near_misses == []
+    onnx.checker.check_model(fused, full_check=True)
+    if name.startswith("shared"):
+        assert op_types(fused) == ["LayerNormalization", "LayerNormalization", "Add"]
+    else:
+        producers = [n.op_type for n in original.graph.node if n.output[0] == norms[0].output[2]]
+        assert producers == ["Reciprocal"]
+        assert "Sqrt" not in op_types(fused) and "Reciprocal" not in op_types(fused)
+    assert_same_numerics(original, fused, seed=25)
+    assert_same_on_infinite_rows(original, fused)
+
+
+@pytest.mark.parametrize("parameters", ["constants", "inputs"])
+@pytest.mark.parametrize("variant", sorted(FUNCTION_BODY_NEGATIVES))
+def test_rejects_function_body_near_misses(variant: str, parameters: str) -> None:
+    original = onnx_layer_norm_function_model(parameters=parameters, variant=variant)
+    assert_unchanged(original, FUNCTION_BODY_NEGATIVES[variant])
+    result = normfuse.optimize(original)
+    assert [miss.reason for miss in result.report.near_misses] == [FUNCTION_BODY_NEGATIVES[variant]]
+
+
+def test_function_body_with_mean_reshaped_elsewhere_still_fuses() -> None:
+    """The fused node replaces the 2-D statistics only; the Reshapes back are the model's own and
+    stay, so a Reshape of the mean to another shape computes what it did (docs/ARCHITECTURE)."""
+    original = onnx_layer_norm_function_model(variant="reshape_mean_elsewhere")
+    result = normfuse.optimize(original)
+    assert len(result.report.sites) == 1
+    assert op_types(result.model).count("Reshape") == 3
+    assert_same_numerics(original, result.model, seed=26)
+
+
+@pytest.mark.parametrize("variant", sorted(SHARED_CENTERED_NEGATIVES))
+def test_rejects_shared_centering_with_a_use_outside_both_norms(variant: str) -> None:
+    original = shared_centered_model(variant=variant)
+    assert_unchanged(original, SHARED_CENTERED_NEGATIVES[variant])
+    result = normfuse.optimize(original)
+    reasons = [miss.reason for miss in result.report.near_misses]
+    assert reasons == [SHARED_CENTERED_NEGATIVES[variant]]
 
 
 def test_fuses_core_when_only_the_normed_tensor_escapes() -> None:

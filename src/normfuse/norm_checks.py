@@ -417,9 +417,13 @@ def fused_site(
     )
     rewired = {id(tensor) for _, tensor in extra_outputs}
     # Nodes whose outputs the fused node takes over die too (a Reciprocal of the std).
-    inside = {id(node) for node in match.nodes} | {
-        id(tensor.inputs[0]) for _, tensor in extra_outputs if tensor.inputs
-    }
+    matched = {id(node) for node in match.nodes}
+    taken_over = [
+        tensor.inputs[0]
+        for _, tensor in extra_outputs
+        if tensor.inputs and id(tensor.inputs[0]) not in matched
+    ]
+    inside = matched | {id(node) for node in taken_over}
     kept = {id(node) for node in io.kept}
     kept.update(
         id(node)
@@ -432,7 +436,10 @@ def fused_site(
         )
         and node is not match.root.inputs[0]
     )
-    removed = tuple(node_label(node) for node in match.nodes if id(node) not in kept)
+    _keep_producers(match, kept)
+    removed = tuple(
+        node_label(node) for node in [*match.nodes, *taken_over] if id(node) not in kept
+    )
     return Site(
         kind,
         emission.op,
@@ -447,6 +454,19 @@ def fused_site(
         emission.ort_only or ort_only,
         frozenset(id(node) for node in match.nodes),
     )
+
+
+def _keep_producers(match: Match, kept: set[int]) -> None:
+    """Add to `kept` every matched node a kept node reads from (it stays alive for it)."""
+    producers = {id(tensor): tensor.inputs[0] for node in match.nodes for tensor in node.outputs}
+    pending = [node for node in match.nodes if id(node) in kept]
+    while pending:
+        node = pending.pop()
+        for tensor in node.inputs:
+            producer = producers.get(id(tensor))
+            if producer is not None and id(producer) not in kept:
+                kept.add(id(producer))
+                pending.append(producer)
 
 
 def _check_constant_ranks(match: Match, rank: int, context: Context) -> None:
@@ -464,18 +484,30 @@ def _check_constant_ranks(match: Match, rank: int, context: Context) -> None:
 
 
 # Matched statistics that may be used outside a layer norm (the pass lists them as shared): the
-# mean and inverse std become LayerNormalization's optional outputs where their type and shape
-# are the spec's; a mean that another norm of x also centres with stays for it.
-STATISTICS = ((1, "mean", "mean_unsqueezed"), (2, "inv_std", "variance_reduce_unsqueezed"))
+# inverse std becomes LayerNormalization's optional InvStdDev output where its type and shape are
+# the spec's, and so does the output of a `Reciprocal` that is the std's only outside use (ONNX's
+# own function body); a mean used outside stays the model's own ReduceMean where the same
+# conditions hold (and where another norm of x also centres with it).
+STATISTICS = (
+    (1, "mean", "mean_unsqueezed"),
+    (2, "inv_std", "variance_reduce_unsqueezed"),
+    (2, "std", "variance_reduce_unsqueezed"),
+)
 
 
 def statistics_outputs(
-    match: Match, context: Context, io: FusedIO, layout: tuple | None, rank: int
+    match: Match,
+    context: Context,
+    io: FusedIO,
+    layout: tuple | None,
+    shape: tuple,
+    axes: tuple[int, ...] | None,
 ) -> tuple[tuple[int, gs.Tensor], ...]:
-    """The Mean (1) and InvStdDev (2) outputs the fused `LayerNormalization` provides for the
-    matched statistics; raises `Reject` where a statistic used outside cannot be provided."""
+    """The InvStdDev (2) output the fused `LayerNormalization` over `axes` of an input of `shape`
+    provides for the matched statistics (of the spec's shape: the input's, reduced axes set to
+    1); raises `Reject` where a statistic used outside can neither be provided nor stay."""
     inside = {id(node) for node in match.nodes}
-    extra = []
+    extra: dict[int, gs.Tensor] = {}
     for index, name, unsqueezed in STATISTICS:
         if name not in match:
             continue
@@ -483,19 +515,50 @@ def statistics_outputs(
         outside = [user for user in tensor.outputs if id(user) not in inside]
         if name == "mean" and outside and all(_centers(user, match) for user in outside):
             continue  # another norm of x centres with it: the ReduceMean stays for that norm
-        shape = context.shape(tensor)
+        if name == "std":
+            if not outside:
+                continue
+            if _used_outside(match, "inv_std", inside):  # two tensors would both be InvStdDev
+                raise _escaping(tensor, outside)
+            tensor = _reciprocal(tensor, outside)
+        expected = None if axes is None else reduced_shape(shape, axes)
         if (
             layout is None
             and unsqueezed not in match
             and context.elem_type(tensor) == onnx.TensorProto.FLOAT
             and io.elem_type != onnx.TensorProto.DOUBLE
-            and shape is not None
-            and len(shape) == rank
+            and _spec_shape(context.shape(tensor), expected)
         ):
-            extra.append((index, tensor))
+            if name != "mean":
+                extra[index] = tensor
+            # The mean stays the model's own ReduceMean: ONNX Runtime's LayerNormalization gives
+            # Mean = NaN for a row holding +-inf, where ReduceMean gives +-inf.
         elif outside:
-            raise _escaping(tensor, outside)
-    return tuple(extra)
+            raise _escaping(match[name], outside)
+    return tuple(sorted(extra.items(), key=lambda item: item[0]))
+
+
+def _used_outside(match: Match, name: str, inside: set[int]) -> bool:
+    return name in match and any(id(user) not in inside for user in match[name].outputs)
+
+
+def _reciprocal(std: gs.Tensor, outside: list[gs.Node]) -> gs.Tensor:
+    """The output of the one `Reciprocal` that is `std`'s only use outside the match."""
+    user = outside[0]
+    if len(outside) != 1 or user.op != "Reciprocal" or user.domain not in ("", "ai.onnx"):
+        raise _escaping(std, outside)
+    if len(user.inputs) != 1 or len(user.outputs) != 1:
+        raise _escaping(std, outside)
+    return user.outputs[0]
+
+
+def _spec_shape(shape: tuple | None, expected: tuple | None) -> bool:
+    """True when `shape` is the statistics' shape `expected`: the same rank, and every dim static
+    in both equal (a reduced axis is 1)."""
+    if shape is None or expected is None or len(shape) != len(expected):
+        return False
+    pairs = zip(shape, expected, strict=True)
+    return all(a == b for a, b in pairs if isinstance(a, int) and isinstance(b, int))
 
 
 def _centers(user: gs.Node, match: Match) -> bool:

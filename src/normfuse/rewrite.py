@@ -155,6 +155,7 @@ class FusionPass(Protocol):
     kind: str
     patterns: tuple[Pattern, ...]
     # Bindings whose nodes may also feed nodes outside the match, and then stay (an input Cast).
+    # A pass may also declare `never_outputs`: shared bindings that may not be graph outputs.
     shared_names: tuple[str, ...]
 
     def site_key(self, match: Match) -> gs.Node:
@@ -227,9 +228,10 @@ def find_sites(
                     key = id(fusion_pass.site_key(found))
                     candidates.setdefault(key, []).append(found)
     graph_outputs = {tensor.name for tensor in graph.outputs}
+    everything = [found for group in candidates.values() for found in group]
     sites, near_misses = [], []
     for group in candidates.values():
-        outcome = _decide(group, fusion_pass, context, graph_outputs)
+        outcome = _decide(group, fusion_pass, context, graph_outputs, everything)
         if isinstance(outcome, Site):
             sites.append(outcome)
         elif outcome is not None:
@@ -238,10 +240,15 @@ def find_sites(
 
 
 def _decide(
-    group: list[Match], fusion_pass: FusionPass, context: Context, graph_outputs: set[str]
+    group: list[Match],
+    fusion_pass: FusionPass,
+    context: Context,
+    graph_outputs: set[str],
+    everything: list[Match],
 ) -> Site | NearMiss | None:
     """The largest acceptable candidate; a smaller one only where a larger one's intermediates
-    escape the subgraph. Otherwise the largest candidate's near-miss."""
+    escape the subgraph (unless they escape only into a partner: `_partner`). Otherwise the
+    largest candidate's near-miss."""
     group = sorted(group, key=lambda found: len(found.nodes), reverse=True)
     first_miss = None
     for found in group:
@@ -257,7 +264,11 @@ def _decide(
             detail = f"the check could not decide: {type(error).__name__}: {error}"
             outcome = NearMiss(fusion_pass.kind, label, CHECK_FAILED, detail)
         if isinstance(outcome, Site):
-            outcome = _escaping_intermediate(found, fusion_pass, graph_outputs) or outcome
+            escape = _escaping_intermediate(found, fusion_pass, graph_outputs, outcome)
+            if escape is not None and not _partner(
+                found, fusion_pass, context, graph_outputs, everything
+            ):
+                outcome = escape
         if isinstance(outcome, Site):
             outcome = replace(outcome, root=found.root)
         if isinstance(outcome, Site) and outcome.output in context.excluded:
@@ -298,23 +309,90 @@ def _check_scope_facts(found: Match, context: Context) -> None:
 
 
 def _escaping_intermediate(
-    found: Match, fusion_pass: FusionPass, graph_outputs: set[str]
+    found: Match, fusion_pass: FusionPass, graph_outputs: set[str], site: Site
 ) -> NearMiss | None:
     """A near-miss if a matched node's output other than the root (or a shared binding) is used
-    outside the match."""
+    outside the match, or a shared binding the fused node cannot provide is a graph output."""
     inside = {id(node) for node in found.nodes}
     shared = {id(found[name]) for name in fusion_pass.shared_names if name in found}
+    provided = {id(tensor) for _, tensor in site.fused.extra_outputs}
+    for name in getattr(fusion_pass, "never_outputs", ()):
+        tensor = found.tensors.get(name)
+        if tensor is not None and tensor.name in graph_outputs and id(tensor) not in provided:
+            return _escape_miss(fusion_pass, tensor, [])
     for node in found.nodes:
         for tensor in node.outputs:
             if tensor is found.root or id(tensor) in shared:
                 continue
             outside = [user for user in tensor.outputs if id(user) not in inside]
             if outside or tensor.name in graph_outputs:
-                users = ", ".join(node_label(user) for user in outside) or "a graph output"
-                label = node_label(node)
-                detail = f"{tensor.name!r} (from {node.op} {label!r}) is also used by {users}"
-                return NearMiss(fusion_pass.kind, label, INTERMEDIATE_USED_ELSEWHERE, detail)
+                return _escape_miss(fusion_pass, tensor, outside)
     return None
+
+
+def _escape_miss(fusion_pass: FusionPass, tensor: gs.Tensor, outside: list[gs.Node]) -> NearMiss:
+    users = ", ".join(node_label(user) for user in outside) or "a graph output"
+    node = tensor.inputs[0]
+    label = node_label(node)
+    detail = f"{tensor.name!r} (from {node.op} {label!r}) is also used by {users}"
+    return NearMiss(fusion_pass.kind, label, INTERMEDIATE_USED_ELSEWHERE, detail)
+
+
+def _outside_users(
+    found: Match, fusion_pass: FusionPass, graph_outputs: set[str]
+) -> list[gs.Node] | None:
+    """The nodes outside `found` that read its intermediates (not the root, not shared
+    bindings); None when an intermediate, or a shared binding the pass never provides, is a
+    graph output."""
+    inside = {id(node) for node in found.nodes}
+    shared = {id(found[name]) for name in fusion_pass.shared_names if name in found}
+    never = [found.tensors.get(name) for name in getattr(fusion_pass, "never_outputs", ())]
+    if any(tensor is not None and tensor.name in graph_outputs for tensor in never):
+        return None
+    users = []
+    for node in found.nodes:
+        for tensor in node.outputs:
+            if tensor is found.root or id(tensor) in shared:
+                continue
+            if tensor.name in graph_outputs:
+                return None
+            users += [user for user in tensor.outputs if id(user) not in inside]
+    return users
+
+
+def _partner(
+    found: Match,
+    fusion_pass: FusionPass,
+    context: Context,
+    graph_outputs: set[str],
+    everything: list[Match],
+) -> bool:
+    """True when `found`'s intermediates escape only into one other candidate of the same pass
+    that reads the same x, is itself exactly a site, and whose own intermediates escape only
+    into `found`: two norms sharing statistics (one `x - mean`). `found` is fused now; the
+    shared nodes stay for the partner, which fuses in the next round, and then they die."""
+    users = _outside_users(found, fusion_pass, graph_outputs)
+    if not users or "x" not in found:
+        return False
+    mine = {id(node) for node in found.nodes}
+    for other in everything:
+        theirs = {id(node) for node in other.nodes}
+        if other is found or "x" not in other or other["x"] is not found["x"]:
+            continue
+        if not all(id(user) in theirs for user in users):
+            continue
+        back = _outside_users(other, fusion_pass, graph_outputs)
+        if back is None or not all(id(user) in mine for user in back):
+            continue
+        try:
+            outcome = fusion_pass.check(other, context)
+            if isinstance(outcome, Site):
+                _check_scope_facts(other, context)
+        except Exception:  # not a norm (a Reject), or a check that trips: no partner
+            continue
+        if isinstance(outcome, Site):
+            return True
+    return False
 
 
 def _without_overlaps(sites: list[Site], graph: gs.Graph) -> list[Site]:
