@@ -595,3 +595,72 @@ for _label, _kw in _PY_CASES.items():
         passes=SKIP_PASSES,
         note="built at opset 17 (their opset 16 has no standard LayerNormalization)",
     )(lambda kw=_kw: _add_then_layer_norm(17, [3], **kw))
+
+
+def _fp16_inputs(hidden="N"):
+    """layer_norm_fp16.py: float16 x [M, N] with scale and bias as graph inputs [N], exponent
+    and epsilon as one-element float16 initializers, opset 10."""
+    g = G(10)
+    x = g.input("X", F16, ["M", hidden])
+    scale, bias = g.input("Scale", F16, [hidden]), g.input("B", F16, [hidden])
+    y = layer_norm(
+        g,
+        x,
+        eps=g.const([1e-4], F16),
+        exponent=g.const([2.0], F16),
+        gamma=scale,
+        beta=bias,
+        gamma_first=True,
+    )
+    return g.model({y: (F16, ["M", hidden])})
+
+
+case(
+    "ort_layer_norm_fp16_opset10",
+    ORT,
+    f"{GEN}layer_norm_fp16.py (Level-2 LayerNormFusion, float16)",
+    "fuse: LayerNormalization",
+    "fuse",
+    sites=LN,
+    dims={"M": 3, "N": 8},
+    epsilon=float(np.float16(1e-4)),
+    gap="gap: the normalised dim N is symbolic (scale and bias [N] share it with x); normfuse "
+    "needs static normalised dims (unknown-shape)",
+    note="opset 10: the fused op is ONNX Runtime's LayerNormalization at that opset",
+)(_fp16_inputs)
+case(
+    "ort_layer_norm_fp16_opset10_static_probe",
+    ORT,
+    f"{GEN}layer_norm_fp16.py, N = 8 static (probe)",
+    "fuse: LayerNormalization",
+    "fuse",
+    sites=LN,
+    dims={"M": 3},
+    epsilon=float(np.float16(1e-4)),
+)(lambda: _fp16_inputs(8))
+
+
+def _without_scale_bias(eps: float):
+    g = G(12)
+    x = g.input("X", F32, [16, 32, 4])
+    y = layer_norm(g, x, eps=g.const(eps))
+    return g.model({y: (F32, [16, 32, 4])}, _ms())
+
+
+case(
+    "ort_layer_norm_without_scale_bias",
+    ORT,
+    f"{GEN}layer_norm_without_scale_bias.py",
+    "fuse: LayerNormalization (epsilon 0)",
+    "keep",
+    reasons={"epsilon-not-positive"},
+    note=EPS0,
+)(lambda: _without_scale_bias(0.0))
+case(
+    "ort_layer_norm_without_scale_bias_eps_probe",
+    ORT,
+    f"{GEN}layer_norm_without_scale_bias.py, epsilon 1e-5 (probe)",
+    "fuse: LayerNormalization",
+    "fuse",
+    sites=LN,
+)(lambda: _without_scale_bias(1e-5))

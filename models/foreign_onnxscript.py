@@ -277,3 +277,32 @@ for _name, _decomposed, _const, _gap in (
         passes=SKIP_PASSES,
         gap=_gap,
     )(lambda d=_decomposed, c=_const: _skip_probe(d, c))
+
+
+def _rank1_opset23():
+    """_rms_normalization_test.py: opset 23, x and weight both [128] graph inputs, the exponent
+    and epsilon as Constant(value_float), Mul(weight, x * Reciprocal(rms))."""
+    g = G(23)
+    x, weight = g.input("embedding", F32, [128]), g.input("layernorm_weight", F32, [128])
+    y = rms_norm(
+        g,
+        x,
+        g.op("Constant", value_float=1e-5),
+        exponent=g.op("Constant", value_float=2.0),
+        divide="reciprocal",
+        gamma=weight,
+        gamma_first=True,
+    )
+    return g.model({y: (F32, [128])})
+
+
+case(
+    "os_rmsnorm_rank1_opset23",
+    OS,
+    "onnxscript/rewriter/rules/fusion/_rms_normalization_test.py :: test_rms_normalization_fusion",
+    "fuse: RMSNormalization",
+    "fuse",
+    sites=RMS,
+    target="onnx",
+    epsilon=float(np.float32(1e-5)),
+)(_rank1_opset23)
