@@ -312,3 +312,15 @@ def test_float32_output_of_a_float16_model_gets_float16_tolerance() -> None:
     base = np.array([3.0], np.float32)
     assert not compare_output("y", base, base + 5e-4).passed
     assert compare_output("y", base, base + 5e-4, compute_dtype="float16").passed
+
+
+def test_table_names_a_site_that_could_not_be_run_alone() -> None:
+    """A site whose check never ran (no comparison) is listed with the reason it could not run,
+    not a crash while printing (the CLI prints this table after --validate)."""
+    from normfuse.validate import SiteCheck, ValidationReport
+
+    site = SiteCheck("y", "layer-norm", "cpu", None, note="the site could not be run alone: X")
+    report = ValidationReport([], [site], rolled_back=["y"])
+    table = report.table()
+    assert "site 'y' (layer-norm) on cpu: rolled back: the site could not be run alone: X" in table
+    assert "sites checked alone: 0 of 1" in table

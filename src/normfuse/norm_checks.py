@@ -400,6 +400,10 @@ def fused_site(
     # all of them is here, so a pass that forgets its own check cannot emit a wrong site.
     check_exponents(match, context)
     check_square_exponent(match, context, shape)
+    if any(getattr(param, "size", 1) == 0 for param in params):
+        # The fused kernels need at least one element to normalise (ONNX Runtime: "Size of
+        # X.shape[axis:] must be at least 1"), while the decomposed form runs on empty groups.
+        raise Reject("empty-normalised-axes", "the normalised axes hold no element")
     emission = context.emissions[kind]
     if emission is None:
         raise Reject("opset-too-low", _opset_too_low(kind, context))

@@ -135,7 +135,7 @@ class ValidationReport:
                 action = "rolled back" if site.output in self.rolled_back else "FAIL"
                 lines.append(
                     f"site {site.output!r} ({site.kind}) on {site.provider}: {action}: "
-                    f"{site.comparison.detail}"
+                    f"{site.comparison.detail if site.comparison is not None else site.note}"
                 )
         checked = sum(1 for site in self.sites if site.comparison is not None)
         if self.sites:
