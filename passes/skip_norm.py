@@ -27,6 +27,8 @@ MS_DOMAIN = "com.microsoft"
 SKIP_OPS = {
     "LayerNormalization": "SkipLayerNormalization",
     "SimplifiedLayerNormalization": "SkipSimplifiedLayerNormalization",
+    # Standard RMS normalisation (opset 23): the same statistics over the axes from `axis`.
+    "RMSNormalization": "SkipSimplifiedLayerNormalization",
 }
 
 _sum = Op("Add", Var("input"), Var("skip"), name="sum")
@@ -34,13 +36,18 @@ _sum = Op("Add", Var("input"), Var("skip"), name="sum")
 _biased_sum = Op(
     "Add", Op("Add", Var("input"), Const("skip_bias"), name="biased"), Var("skip"), name="sum"
 )
+# The same bias added after the residual sum: (input + skip) + b, the kernel's own order.
+_sum_biased = Op(
+    "Add", Op("Add", Var("input"), Var("skip"), name="residual"), Const("skip_bias"), name="sum"
+)
 PATTERNS = tuple(
     pattern
-    for summed in (_biased_sum, _sum)
+    for summed in (_biased_sum, _sum_biased, _sum)
     for pattern in (
-        Op("LayerNormalization", summed, Const("scale"), Const("bias"), name="y"),
-        Op("LayerNormalization", summed, Const("scale"), name="y"),
-        Op("SimplifiedLayerNormalization", summed, Const("scale"), name="y"),
+        Op("LayerNormalization", summed, Var("scale"), Var("bias"), name="y"),
+        Op("LayerNormalization", summed, Var("scale"), name="y"),
+        Op("SimplifiedLayerNormalization", summed, Var("scale"), name="y"),
+        Op("RMSNormalization", summed, Var("scale"), name="y"),
     )
 )
 
@@ -79,11 +86,7 @@ def _check(match: Match, context: Context) -> Site:
     if elem_type not in checks.FLOAT_TYPES:
         raise checks.Reject("unsupported-dtype", "Skip* fused for float32/float16 only")
     if "skip_bias" in match:
-        value = context.reader.value(match["skip_bias"])
-        if value is None or value.size != shape[-1] or any(dim != 1 for dim in value.shape[:-1]):
-            raise checks.Reject(
-                "bias-shape", "the bias before the residual Add is not one per feature"
-            )
+        _per_feature(match, "skip_bias", context, shape[-1])
     for name in ("scale", "bias"):
         if name in match:
             _per_feature(match, name, context, shape[-1])
@@ -101,24 +104,37 @@ def _check(match: Match, context: Context) -> Site:
     return _site(match, norm, context)
 
 
-def _per_feature(match: Match, name: str, context: Context, hidden: int) -> np.ndarray:
+def _per_feature(
+    match: Match, name: str, context: Context, hidden: int, dtype=None
+) -> np.ndarray | gs.Tensor:
     """The kernel's contract: gamma and beta are 1-D, one value per feature. A constant shaped
-    [1, ..., 1, hidden] is that vector; anything else (a value, other shapes) stays."""
-    value = context.reader.value(match[name])
+    [1, ..., 1, hidden] is that vector (as `dtype`); a tensor computed or fed at run time must be
+    declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
+    as it is; anything else stays."""
+    tensor = match[name]
+    reason = {"scale": "gamma-shape", "bias": "beta-shape"}.get(name, "bias-shape")
+    if not context.reader.is_constant(tensor):
+        shape, elem_type = context.shape(tensor), context.elem_type(tensor)
+        if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
+            raise checks.Reject(
+                reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}] of x's type"
+            )
+        return tensor
+    value = context.reader.value(tensor)
     if value is None or value.size != hidden or any(dim != 1 for dim in value.shape[:-1]):
         shape = None if value is None else value.shape
-        reason = "gamma-shape" if name == "scale" else "beta-shape"
         raise checks.Reject(reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}]")
-    return value.reshape(-1)
+    value = value.reshape(-1)
+    return value if dtype is None else value.astype(dtype)
 
 
 def _site(match: Match, norm: gs.Node, context: Context) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
     hidden = context.shape(match["input"])[-1]
-    gamma = _per_feature(match, "scale", context, hidden).astype(dtype)
-    beta = [_per_feature(match, "bias", context, hidden).astype(dtype)] if "bias" in match else []
+    gamma = _per_feature(match, "scale", context, hidden, dtype)
+    beta = [_per_feature(match, "bias", context, hidden, dtype)] if "bias" in match else []
     if "skip_bias" in match:
-        folded = context.reader.value(match["skip_bias"]).reshape(-1).astype(dtype)
+        folded = _per_feature(match, "skip_bias", context, hidden, dtype)
         beta = beta or ([None] if norm.op == "LayerNormalization" else [])
         params = [gamma, *beta, folded]
     else:

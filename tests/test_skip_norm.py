@@ -171,3 +171,52 @@ def test_tune_for_times_fused_against_decomposed_for_real() -> None:
     assert record["choice"] == ("decomposed" if low > 1.0 else "fused")
     feeds = random_inputs(original, seed=24)
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def _residual_norm(norm: str, gamma_shape: list, post_bias: bool = False):
+    """Add(a, b) [+ constant bias] -> LayerNormalization / RMSNormalization (opset 23) whose
+    gamma (and beta) are graph inputs of `gamma_shape`."""
+    from onnx import TensorProto, helper
+
+    hidden = SHAPE[-1]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(SHAPE)) for n in "ab"]
+    info += [helper.make_tensor_value_info(n, TensorProto.FLOAT, gamma_shape) for n in ("g", "bt")]
+    nodes = [helper.make_node("Add", ["a", "b"], ["sum"])]
+    initializers = []
+    if post_bias:
+        bias = np.random.default_rng(3).normal(0, 1, hidden).astype(np.float32)
+        initializers.append(helper.make_tensor("c", TensorProto.FLOAT, [hidden], bias))
+        nodes.append(helper.make_node("Add", ["sum", "c"], ["biased"]))
+    last = nodes[-1].output[0]
+    inputs = [last, "g", "bt"] if norm == "LayerNormalization" else [last, "g"]
+    nodes.append(helper.make_node(norm, inputs, ["y"], axis=-1, epsilon=1e-5))
+    if norm != "LayerNormalization":
+        info = info[:3]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SHAPE))
+    graph = helper.make_graph(nodes, "residual", info, [out], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+
+
+@pytest.mark.parametrize("post_bias", [False, True])
+@pytest.mark.parametrize(
+    ("norm", "skip_op"),
+    [
+        ("LayerNormalization", "SkipLayerNormalization"),
+        ("RMSNormalization", "SkipSimplifiedLayerNormalization"),
+    ],
+)
+def test_fuses_existing_norms_with_graph_input_gamma(norm, skip_op, post_bias) -> None:
+    """A norm op already in the model (standard RMSNormalization too), gamma and beta fed at run
+    time but declared 1-D [hidden]; a constant bias after the residual sum is the op's bias."""
+    original = _residual_norm(norm, [SHAPE[-1]], post_bias)
+    result = normfuse.optimize(original, passes="skip-norm")
+    assert op_types(result.model) == [skip_op]
+    feeds = random_inputs(original, seed=22)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_graph_input_gamma_not_declared_per_feature_stays() -> None:
+    original = _residual_norm("LayerNormalization", [1, SHAPE[-1]])
+    result = normfuse.optimize(original, passes="skip-norm")
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["gamma-shape"]
