@@ -3675,3 +3675,13 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _register_second_corpus() -> None:
+    """The second adversary's cases (models/adversarial_2.py) join this corpus."""
+    from models import adversarial_2
+
+    adversarial_2.register()
+
+
+_register_second_corpus()
