@@ -3681,7 +3681,7 @@ def _register_second_corpus() -> None:
     """The second adversary's cases (models/adversarial_2.py) join this corpus."""
     from models import adversarial_2
 
-    adversarial_2.register()
+    adversarial_2.register(case, KEEP, EITHER, FUSE, nearest)
 
 
 _register_second_corpus()

@@ -2174,10 +2174,10 @@ def _more_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
 # ---------------------------------------------------------------- registry
 
 
-def register() -> None:
-    """Add every case of this module to `models.adversarial.CASES`."""
-    from models.adversarial import EITHER, FUSE, KEEP, case, nearest
-
+def register(case, KEEP, EITHER, FUSE, nearest) -> None:
+    """Add every case of this module to the corpus through its `case` registrar (the corpus's
+    expectation helpers and `nearest` evidence builder are passed in, so running
+    `python -m models.adversarial` does not import the corpus twice)."""
     for group in GROUPS:
         group(case, KEEP, EITHER, FUSE, nearest)
 
