@@ -3649,6 +3649,16 @@ for _register in (
     _register()
 
 
+def _register_second_corpus() -> None:
+    """The second adversary's cases (models/adversarial_2.py) join this corpus."""
+    from models import adversarial_2
+
+    adversarial_2.register(case, KEEP, EITHER, FUSE, nearest)
+
+
+_register_second_corpus()
+
+
 def describe() -> str:
     """One line per case: name, class, expected outcome, statement."""
     lines = []
@@ -3675,13 +3685,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _register_second_corpus() -> None:
-    """The second adversary's cases (models/adversarial_2.py) join this corpus."""
-    from models import adversarial_2
-
-    adversarial_2.register(case, KEEP, EITHER, FUSE, nearest)
-
-
-_register_second_corpus()
