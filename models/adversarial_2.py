@@ -45,6 +45,19 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a2_ov_slice_ends_ln_sum16": ("ADV2-02", ALL),
     "a2_ov_slice_ends_rms_sum16": ("ADV2-02", ALL),
     "a2_ov_concat_part_of_target_rms_sum16": ("ADV2-02", ALL),
+    # ADV2-04: a positive axis (attribute, Range(2, Size(Shape(x))), or an Unsqueeze axis) read
+    # against a rank derived from an overridable Reshape target: fused over the last axis; the
+    # fed target [1,2,5,16] makes axis 2 a non-trailing axis and the output differs (up to 3.8).
+    "a2_ov_rank_ln_attr_axis2": ("ADV2-04", ALL),
+    "a2_ov_rank_ln_attr_axis2_gamma": ("ADV2-04", ALL),
+    "a2_ov_rank_ln_range_axis2": ("ADV2-04", ALL),
+    "a2_ov_rank_ln_range_axis2_gamma": ("ADV2-04", ALL),
+    "a2_ov_rank_rms_attr_axis2": ("ADV2-04", NO_ONNX),
+    "a2_ov_rank_rms_attr_axis2_gamma": ("ADV2-04", NO_ONNX),
+    "a2_ov_rank_rms_range_axis2": ("ADV2-04", ALL),
+    "a2_ov_rank_rms_range_axis2_gamma": ("ADV2-04", ALL),
+    "a2_ov_rank_ln_keepdims0_unsqueeze_axis2": ("ADV2-04", ALL),
+    "a2_ov_rank_rms_keepdims0_unsqueeze_axis2": ("ADV2-04", NO_ONNX),
     # ADV2-03: ReduceL2-based RMS look-alikes refused without any near-miss.
     "a2_rms_l2_pow_2_0000002": ("ADV2-03", ALL),
     "a2_rms_l2_not_squared": ("ADV2-03", ("near-miss",)),
@@ -2047,6 +2060,90 @@ def _keepdims0_overridable() -> onnx.ModelProto:
     return model(g, [("x", F, SQ)], [("y", F, SQ)], overridable=["ua"])
 
 
+def _ov_rank(kind: str, axes_form: str, affine: bool):
+    """x = Reshape(inp, ov), ov an overridable initializer [2,5,16] (declared [r]); the norm
+    reduces axis 2 ("attr": axes=[2] at opset 17; "range": Range(2, Size(Shape(x))) at opset 18),
+    trailing only while x has rank 3 (fed ov = [1,2,5,16], axis 2 is the 5-axis); y = Flatten(.)."""
+
+    def build():
+        g = G(opset=18 if axes_form == "range" else 17)
+        g.init([2, 5, 16], "ov", np.int64)
+        x = g.op("Reshape", ["inp", "ov"])
+        if axes_form == "range":
+            rank = g.op("Size", [g.op("Shape", [x])])
+            axes = g.op("Range", [g.init(2, dtype=np.int64), rank, g.init(1, dtype=np.int64)])
+
+            def reduce(t):
+                return g.op("ReduceMean", [t, axes], keepdims=1)
+        else:
+
+            def reduce(t):
+                return g.op("ReduceMean", [t], axes=[2], keepdims=1)
+
+        base = g.op("Sub", [x, reduce(x)]) if kind == "ln" else x
+        mean_square = reduce(g.op("Mul", [base, base]))
+        normed = g.op("Div", [base, g.op("Sqrt", [g.op("Add", [mean_square, g.init(1e-5)])])])
+        if affine:
+            normed = g.op("Mul", [normed, g.init(GAMMA)])
+        g.op("Flatten", [normed], "y", axis=0)
+        m = model(g, [("inp", F, SHAPE)], [("y", F, (1, 160))], overridable=["ov"])
+        m.graph.input[1].CopyFrom(vi("ov", I64, ["r"]))
+        return m
+
+    return build
+
+
+def _ov_rank_keepdims0(kind: str):
+    """x = Reshape(inp, ov) (ov overridable, [2,4,4]); keepdims=0 statistics over axis -1
+    unsqueezed back at axis 2: the dropped axis only while x has rank 3 (fed [1,2,4,4])."""
+
+    def build():
+        g = G(opset=17)
+        g.init([2, 4, 4], "ov", np.int64)
+        x = g.op("Reshape", ["inp", "ov"])
+        two = g.init([2], dtype=np.int64)
+        if kind == "ln":
+            m = g.op("Unsqueeze", [g.reduce("ReduceMean", x, (-1,), keepdims=0), two])
+            base = g.op("Sub", [x, m])
+        else:
+            base = x
+        v = g.op(
+            "Unsqueeze", [g.reduce("ReduceMean", g.op("Mul", [base, base]), (-1,), keepdims=0), two]
+        )
+        normed = g.op("Div", [base, g.op("Sqrt", [g.op("Add", [v, g.init(1e-5)])])])
+        g.op("Flatten", [normed], "y", axis=0)
+        m = model(g, [("inp", F, SQ)], [("y", F, (1, 32))], overridable=["ov"])
+        m.graph.input[1].CopyFrom(vi("ov", I64, ["r"]))
+        return m
+
+    return build
+
+
+def _ov_rank_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
+    for kind in ("ln", "rms"):
+        for axes_form in ("attr", "range"):
+            for affine in (False, True):
+                case(
+                    f"a2_ov_rank_{kind}_{axes_form}_axis2{'_gamma' if affine else ''}",
+                    "1",
+                    f"{kind} over axis 2 ({axes_form}) of a Reshape whose target is an "
+                    "overridable initializer (rank 3; fed [1,2,5,16], rank 4)",
+                    _ov_rank(kind, axes_form, affine),
+                    EITHER,
+                    overrides={"ov": np.array([1, 2, 5, 16], np.int64)},
+                )
+    for kind in ("ln", "rms"):
+        case(
+            f"a2_ov_rank_{kind}_keepdims0_unsqueeze_axis2",
+            "1",
+            f"{kind} with keepdims=0 statistics unsqueezed at axis 2 of a Reshape whose target is "
+            "an overridable initializer (rank 3; fed [1,2,4,4], rank 4)",
+            _ov_rank_keepdims0(kind),
+            EITHER,
+            overrides={"ov": np.array([1, 2, 4, 4], np.int64)},
+        )
+
+
 # ---------------------------------------------------------------- more RMS / mean - x structure
 
 
@@ -2195,4 +2292,5 @@ GROUPS = [
     _precision_cases,
     _ov_cases,
     _more_cases,
+    _ov_rank_cases,
 ]

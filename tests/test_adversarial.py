@@ -78,9 +78,13 @@ def _reference(name: str, feeds: dict):
 
 
 def _symbolic_dims(m: onnx.ModelProto) -> dict[str, int]:
+    """Symbolic dims of the inputs a caller must feed (an overridable initializer's own dims are
+    not --dims: it is never generated)."""
+    initializers = {t.name for t in m.graph.initializer}
     return {
         d.dim_param: 2
         for i in m.graph.input
+        if i.name not in initializers
         for d in i.type.tensor_type.shape.dim
         if d.HasField("dim_param")
     }
