@@ -62,6 +62,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a2_rms_l2_pow_2_0000002": ("ADV2-03", ALL),
     "a2_rms_l2_not_squared": ("ADV2-03", ("near-miss",)),
     "a2_rms_l2_of_other_tensor": ("ADV2-03", ("near-miss",)),
+    "a2_rms_exponent_from_size_of_overridable": ("ADV2-03", ALL),
 }
 
 GAMMA = np.linspace(0.5, 1.5, 16, dtype=np.float32)
@@ -2144,6 +2145,112 @@ def _ov_rank_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
         )
 
 
+def _size_of_overridable(what: str, kind: str):
+    """A norm whose epsilon / divisor / exponent is Cast(Size(ov)) (times 1e-6 for epsilon), ov an
+    overridable float initializer declared [r] (3, 16 or 2 elements by default)."""
+
+    def build():
+        g = G(opset=17)
+        count = {"eps": 3, "divisor": 16, "exponent": 2}[what]
+        g.init(np.zeros(count, np.float32), "ov")
+        size = g.op("Cast", [g.op("Size", ["ov"])], to=F)
+        if what == "eps":
+            norm(g, "x", kind=kind, eps=g.op("Mul", [size, g.init(1e-6)]), gamma=GAMMA)
+        elif what == "exponent":
+            norm(g, "x", kind=kind, sq=size, gamma=GAMMA)
+        else:
+            base = g.op("Sub", ["x", g.reduce("ReduceMean", "x", (-1,))]) if kind == "ln" else "x"
+            v = g.op("Div", [g.reduce("ReduceSum", g.op("Mul", [base, base]), (-1,)), size])
+            normed = g.op("Div", [base, g.op("Sqrt", [g.op("Add", [v, g.init(1e-5)])])])
+            g.op("Mul", [normed, g.init(GAMMA)], "y")
+        m = model(g, overridable=["ov"])
+        m.graph.input[1].CopyFrom(vi("ov", F, ["r"]))
+        return m
+
+    return build
+
+
+def _body_stats(where: str):
+    """A layer norm whose mean is also an output, inside an If branch or a local function."""
+
+    def build():
+        if where == "if":
+            t = G("t_")
+            m = t.reduce("ReduceMean", "x", (-1,))
+            norm(t, "x", mean=m, gamma=GAMMA, beta=BETA, out="t_y")
+            t.op("Identity", [m], "t_m")
+            e = G("e_")
+            e.op("Identity", ["x"], "e_y")
+            e.op("ReduceMax", ["x"], "e_m", axes=[-1], keepdims=1)
+            node = helper.make_node(
+                "If",
+                ["c"],
+                ["y", "mean_out"],
+                then_branch=helper.make_graph(
+                    t.nodes, "then", [], [vi("t_y", F, SHAPE), vi("t_m", F, (2, 5, 1))], t.inits
+                ),
+                else_branch=helper.make_graph(
+                    e.nodes, "else", [], [vi("e_y", F, SHAPE), vi("e_m", F, (2, 5, 1))]
+                ),
+            )
+            g = G()
+            g.nodes.append(node)
+            return model(
+                g, [("x", F, SHAPE), ("c", BOOL, [])], [("y", F, SHAPE), ("mean_out", F, (2, 5, 1))]
+            )
+        f = G("f_")
+        m = f.reduce("ReduceMean", "fx", (-1,))
+        norm(f, "fx", mean=m, sq="mul", eps=f.const_node(1e-5), out="fy")
+        f.op("Identity", [m], "fm")
+        fn = helper.make_function(
+            "local", "LNM", ["fx"], ["fy", "fm"], f.nodes, [helper.make_opsetid("", 17)]
+        )
+        g = G()
+        g.nodes.append(helper.make_node("LNM", ["x"], ["y", "mean_out"], domain="local"))
+        return model(
+            g,
+            outputs=[("y", F, SHAPE), ("mean_out", F, (2, 5, 1))],
+            functions=[fn],
+            opsets={"local": 1},
+        )
+
+    return build
+
+
+def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
+    for what, reasons, fed in (
+        ("eps", ("epsilon-not-constant",), 100000),
+        ("divisor", ("variance-divisor",), 8),
+        ("exponent", ("not-layer-norm", "not-rms-norm", "square-exponent"), 3),
+    ):
+        for kind in ("ln", "rms"):
+            case(
+                f"a2_{kind}_{what}_from_size_of_overridable",
+                "1",
+                f"{kind} whose {what} is computed from Size(ov), ov an overridable initializer "
+                f"(fed {fed} elements)",
+                _size_of_overridable(what, kind),
+                KEEP(*reasons),
+                overrides={"ov": np.zeros(fed, np.float32)},
+            )
+    both = ({"c": np.array(True)}, {"c": np.array(False)})
+    case(
+        "a2_ln_mean_exposed_in_if_branch",
+        "2",
+        "a then-branch layer norm whose mean is also a branch output",
+        _body_stats("if"),
+        EITHER,
+        fixed=both,
+    )
+    case(
+        "a2_ln_mean_exposed_in_function",
+        "6",
+        "a local function's layer norm whose mean is also a function output",
+        _body_stats("function"),
+        EITHER,
+    )
+
+
 # ---------------------------------------------------------------- more RMS / mean - x structure
 
 
@@ -2293,4 +2400,5 @@ GROUPS = [
     _ov_cases,
     _more_cases,
     _ov_rank_cases,
+    _misc_cases,
 ]
