@@ -6,8 +6,8 @@ float16.
 
 Registered into `models.adversarial.CASES` by `register()` (called at the end of that module), so
 `tests/test_adversarial.py` runs every case here in its four configurations. Cases that normfuse
-gets wrong carry a finding id (`ADV2-NN`, see `adversary2-findings.md` at the repository's
-worktree root) in `FINDINGS`; the test marks them xfail(strict=True).
+gets wrong carry a finding id (`ADV2-NN`, described in `docs/adversary2-findings.md`) in
+`FINDINGS`; the test marks them xfail(strict=True) in exactly the configurations they fail.
 """
 
 from __future__ import annotations
