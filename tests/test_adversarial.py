@@ -34,7 +34,8 @@ def _marks(name: str, config: str) -> list:
     marks = [pytest.mark.slow] if BY_NAME[name].slow else []
     finding, configs = FINDINGS.get(name, ("", ()))
     if config in configs:
-        marks.append(pytest.mark.xfail(strict=True, reason=f"{finding} (docs/adversary2-findings.md)"))
+        reason = f"{finding} (docs/adversary2-findings.md)"
+        marks.append(pytest.mark.xfail(strict=True, reason=reason))
     return marks
 
 
