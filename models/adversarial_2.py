@@ -63,6 +63,11 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a2_rms_l2_not_squared": ("ADV2-03", ("near-miss",)),
     "a2_rms_l2_of_other_tensor": ("ADV2-03", ("near-miss",)),
     "a2_rms_exponent_from_size_of_overridable": ("ADV2-03", ALL),
+    # ADV2-06: a norm over a zero-size static axis is fused into a node ONNX Runtime refuses to
+    # run ("Size of X.shape[axis:] must be at least 1, got 0"); the original runs.
+    # (--validate catches it: the site check fails and the site is rolled back.)
+    "a2_ln_zero_size_normalised_axis": ("ADV2-06", ("default", "onnx", "skip")),
+    "a2_rms_zero_size_normalised_axis": ("ADV2-06", ("default", "skip")),
 }
 
 GAMMA = np.linspace(0.5, 1.5, 16, dtype=np.float32)
@@ -2232,6 +2237,20 @@ def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 _size_of_overridable(what, kind),
                 KEEP(*reasons),
                 overrides={"ov": np.zeros(fed, np.float32)},
+            )
+    for kind in ("ln", "rms"):
+        for label, shape in (
+            ("normalised_axis", (2, 5, 0)),
+            ("batch", (0, 5, 16)),
+            ("middle", (2, 0, 16)),
+        ):
+            case(
+                f"a2_{kind}_zero_size_{label}",
+                "7",
+                f"{kind} of a static {list(shape)} tensor (a zero-size {label.replace('_', ' ')})",
+                simple(kind, shape=shape, affine=False, eps=1e-5),
+                EITHER,
+                fixed=({"x": np.zeros(shape, np.float32)},),
             )
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     case(
