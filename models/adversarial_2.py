@@ -2222,6 +2222,64 @@ def _body_stats(where: str):
     return build
 
 
+def _fn_raise(variant: str):
+    """An opset-13 model whose layer norm lives in a local function (importing opset 13): called
+    from the main graph, from an If branch, next to a RoiAlign-10 (which blocks the raise), or
+    twice with inputs of different ranks."""
+
+    def build():
+        f = G("f_", opset=13)
+        norm(
+            f,
+            "fx",
+            sq="mul",
+            eps=f.const_node(1e-5),
+            gamma=f.const_node(GAMMA),
+            beta=f.const_node(BETA),
+            out="fy",
+        )
+        fn = helper.make_function(
+            "local", "LNF", ["fx"], ["fy"], f.nodes, [helper.make_opsetid("", 13)]
+        )
+        g = G(opset=13)
+        inputs, outputs = [("x", F, SHAPE)], [("y", F, SHAPE)]
+        call = helper.make_node("LNF", ["x"], ["y"], domain="local")
+        if variant == "if_call":
+            call.output[0] = "ty"
+            then_g = helper.make_graph([call], "then", [], [vi("ty", F, SHAPE)])
+            else_g = helper.make_graph(
+                [helper.make_node("Neg", ["x"], ["ey"])], "else", [], [vi("ey", F, SHAPE)]
+            )
+            g.nodes.append(
+                helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+            )
+            inputs.append(("c", BOOL, []))
+        else:
+            g.nodes.append(call)
+        if variant == "roialign_main":
+            g.init([[1.0, 1.0, 5.0, 5.0]], "rois")
+            g.init([0], "bi", np.int64)
+            g.nodes.append(
+                helper.make_node(
+                    "RoiAlign",
+                    ["feat", "rois", "bi"],
+                    ["r"],
+                    output_height=2,
+                    output_width=2,
+                    sampling_ratio=2,
+                )
+            )
+            inputs.append(("feat", F, (1, 1, 8, 8)))
+            outputs.append(("r", F, (1, 1, 2, 2)))
+        if variant == "two_calls_other_rank":
+            g.nodes.append(helper.make_node("LNF", ["x2"], ["y2"], domain="local"))
+            inputs.append(("x2", F, (3, 16)))
+            outputs.append(("y2", F, (3, 16)))
+        return model(g, inputs, outputs, functions=[fn], opsets={"local": 1})
+
+    return build
+
+
 def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
     for what, reasons, fed in (
         ("eps", ("epsilon-not-constant",), 100000),
@@ -2253,6 +2311,15 @@ def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 fixed=({"x": np.zeros(shape, np.float32)},),
             )
     both = ({"c": np.array(True)}, {"c": np.array(False)})
+    for variant in ("main_call", "if_call", "roialign_main", "two_calls_other_rank"):
+        case(
+            f"a2_fn_opset13_ln_{variant}",
+            "8",
+            f"opset-13 layer norm in a local function: {variant.replace('_', ' ')}",
+            _fn_raise(variant),
+            EITHER,
+            fixed=both if variant == "if_call" else ({},),
+        )
     case(
         "a2_ln_mean_exposed_in_if_branch",
         "2",
