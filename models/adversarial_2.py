@@ -2280,6 +2280,23 @@ def _fn_raise(variant: str):
     return build
 
 
+def _ov_affine_shape(kind: str, which: str):
+    """x [2,16,16]; gamma (or beta) = Reshape(w[16], ov), ov an overridable initializer [16]
+    (declared [r]); fed [16, 1] the affine varies along the sequence axis."""
+
+    def build():
+        g = G(opset=17)
+        g.init([16], "ov", np.int64)
+        w = g.op("Reshape", [g.init(GAMMA), "ov"])
+        kw = {"gamma": w} if which == "gamma" else {"gamma": GAMMA, "beta": w}
+        norm(g, "x", kind=kind, eps=1e-5, **kw)
+        m = model(g, [("x", F, (2, 16, 16))], [("y", F, (2, 16, 16))], overridable=["ov"])
+        m.graph.input[1].CopyFrom(vi("ov", I64, ["r"]))
+        return m
+
+    return build
+
+
 def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
     for what, reasons, fed in (
         ("eps", ("epsilon-not-constant",), 100000),
@@ -2310,6 +2327,15 @@ def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 EITHER,
                 fixed=({"x": np.zeros(shape, np.float32)},),
             )
+    for kind, which in (("ln", "gamma"), ("ln", "beta"), ("rms", "gamma")):
+        case(
+            f"a2_ov_{kind}_{which}_reshaped_by_overridable",
+            "1",
+            f"{kind} whose {which} is Reshape(w, ov), ov overridable ([16]; fed [16, 1])",
+            _ov_affine_shape(kind, which),
+            EITHER,
+            overrides={"ov": np.array([16, 1], np.int64)},
+        )
     both = ({"c": np.array(True)}, {"c": np.array(False)})
     for variant in ("main_call", "if_call", "roialign_main", "two_calls_other_rank"):
         case(
