@@ -23,15 +23,9 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, model, vi
 # case name -> (finding id, the configurations it fails in); tests/test_adversarial.py marks each
 # (case, configuration) pair xfail(strict=True). "near-miss" is test_lookalike_reports_a_near_miss.
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # ADV2-01..05 (shapes derived from overridable initializers; silent ReduceL2 look-alikes;
-    # --inputs refusing overridable initializers) were fixed on main in af8bc56: those cases now
-    # pass and guard the fix.
-    # ADV2-06: a norm over a zero-size static axis is fused into a node ONNX Runtime refuses to
-    # run ("Size of X.shape[axis:] must be at least 1, got 0"); the original runs. (--validate
-    # catches it through the API: the site check fails and the site is rolled back; through the
-    # CLI it crashes, ADV2-07 in tests/test_adversarial_cli.py.)
-    "a2_ln_zero_size_normalised_axis": ("ADV2-06", ("default", "onnx", "skip")),
-    "a2_rms_zero_size_normalised_axis": ("ADV2-06", ("default", "skip")),
+    # Empty: ADV2-01..05 were fixed on main in af8bc56 and ADV2-06/07 in 97068ad; their cases
+    # pass and guard the fixes (docs/adversary2-findings.md). A new finding is listed here as
+    # name: (finding id, the configurations it fails in).
 }
 
 GAMMA = np.linspace(0.5, 1.5, 16, dtype=np.float32)
@@ -2288,7 +2282,7 @@ def _misc_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 "7",
                 f"{kind} of a static {list(shape)} tensor (a zero-size {label.replace('_', ' ')})",
                 simple(kind, shape=shape, affine=False, eps=1e-5),
-                EITHER,
+                KEEP("empty-normalised-axes") if label == "normalised_axis" else EITHER,
                 fixed=({"x": np.zeros(shape, np.float32)},),
             )
     for kind, which in (("ln", "gamma"), ("ln", "beta"), ("rms", "gamma")):
