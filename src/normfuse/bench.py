@@ -1,18 +1,23 @@
 """Batch-one latency of several models, timed side by side.
 
-Sessions are created once per model, provider and level (creation is timed too). After a warm-up,
-models are timed in interleaved rounds (A B C, B C A, C A B, ...: each model takes each position
-equally often) so that drift on a shared machine hits them alike. Each model's median is compared
-with the first model's, with a bootstrap confidence interval over rounds; ratios within 1% of 1
-read as equal. On CUDA, inputs and outputs stay on the device through I/O binding. Each session has
-its own intra-op thread pool (ONNX Runtime's process-wide global pool is never set up: once it is,
-every later session in the process must use it, a caller's own included); with more than one
-thread, spinning is turned off so that an idle session's pool does not steal the CPU from the one
-being timed, and the report says so.
+Timing runs in session sets: every model gets a fresh session in each set (its creation is timed
+too), is warmed up, and is then timed in interleaved rounds (A B C, B C A, C A B, ...: each model
+takes each position equally often) so that drift on a shared machine hits them alike. Sessions
+differ in speed by where their memory landed: identical models created earlier in a process timed
+up to ~10% slower than ones created later, beyond any round-to-round interval. So the order in
+which a set's sessions are created is shuffled (seeded) and reversed in the next set, and the
+95% interval of each ratio (median / the first model's median) comes from a bootstrap over sets
+and, within them, paired rounds: it covers between-session differences, not only round noise.
+Ratios within 1% of 1 read as equal. On CUDA, inputs and outputs stay on the device through I/O
+binding. Each session has its own intra-op thread pool (ONNX Runtime's process-wide global pool is
+never set up: once it is, every later session in the process must use it, a caller's own
+included); with more than one thread, spinning is turned off so that an idle session's pool does
+not steal the CPU from the one being timed, and the report says so.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import tempfile
 import time
@@ -73,6 +78,7 @@ class BenchOptions:
     disabled_optimizers: tuple[str, ...] = ()
     progress: bool = False
     clock: Callable[[], float] = time.perf_counter
+    sessions: int = 6  # session sets (fresh sessions for every model); at most `runs`
 
 
 @dataclass
@@ -88,6 +94,7 @@ class Timing:
     ratio: float = 1.0
     ratio_interval: tuple[float, float] = (1.0, 1.0)
     reference: bool = False  # the first model of its run: the others' ratios are to it
+    blocks: np.ndarray | None = None  # the session set of each sample (None: one set)
 
     def stats_ms(self) -> dict[str, float | None]:
         """Median, p90, p99, mean, min and standard deviation in milliseconds; a percentile is None
@@ -121,6 +128,7 @@ class Timing:
             "ratio_interval_95": list(self.ratio_interval),
             "norm_ops_after_ort": self.norm_ops_after_ort,
             "runs": int(self.samples.size),
+            "sessions": session_sets(self.blocks),
         }
 
 
@@ -187,9 +195,11 @@ class BenchReport:
         if folder:
             lines.append(f"models in {folder}")
         lines += [line(header), *(line(row) for row in rows)]
+        sets = max((session_sets(t.blocks) for t in self.timings), default=1)
         lines.append(
-            "ratio: median / first model's median; an interval containing 1 is noise, and ratios "
-            f"within {EQUAL_WITHIN:.0%} of 1 read as equal"
+            "ratio: median / first model's median; the interval resamples the "
+            f"{sets} session set(s) and their rounds; an interval containing 1 is noise, and "
+            f"ratios within {EQUAL_WITHIN:.0%} of 1 read as equal"
         )
         hidden = [name for name in PERCENTILE_MIN_RUNS if name not in shown]
         if hidden:
@@ -199,6 +209,11 @@ class BenchReport:
             )
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+def session_sets(blocks: np.ndarray | None) -> int:
+    """How many session sets the samples were timed in."""
+    return 1 if blocks is None or blocks.size == 0 else int(np.unique(blocks).size)
 
 
 def verdict(interval: tuple[float, float]) -> str:
@@ -326,45 +341,111 @@ def _session(
     return sessions.create_with_options(model.model, provider, so, disabled)
 
 
+@dataclass(frozen=True)
+class SessionSet:
+    """Fresh sessions for every model, created in `creation` order (model indices), then `warmup`
+    untimed rounds and `runs` timed rounds."""
+
+    creation: tuple[int, ...]
+    warmup: int
+    runs: int
+
+
+def schedule(count: int, runs: int, warmup: int, sets: int, seed: int = 0) -> list[SessionSet]:
+    """`runs` split over `sets` session sets (at most one per run). The creation order is a seeded
+    shuffle in even sets and its reverse in the next, so that over each pair every model is
+    created, on average, in the middle (a drift with creation order cancels)."""
+    sets = max(1, min(sets, runs))
+    rng = np.random.default_rng(seed)
+    plan: list[SessionSet] = []
+    for index in range(sets):
+        if index % 2 == 0:
+            creation = tuple(int(i) for i in rng.permutation(count))
+        else:
+            creation = plan[-1].creation[::-1]
+        plan.append(SessionSet(creation, warmup, runs // sets + (index < runs % sets)))
+    return plan
+
+
+@dataclass
+class Measured:
+    """Timed samples (model x run, seconds), the session set of each run, and each model's
+    session-creation seconds in each set."""
+
+    samples: np.ndarray
+    blocks: np.ndarray
+    created: np.ndarray
+
+
+def time_sets(
+    plan: list[SessionSet],
+    make_runner: Callable[[int], Callable[[], None]],
+    clock: Callable[[], float],
+    progress: Progress | None = None,
+) -> Measured:
+    """Run `plan`: in each set, create every model's runner (`make_runner(index)`) in the set's
+    order, warm up, time the rounds, and release the runners before the next set. Rounds rotate
+    (in round r, counting every round of every set, position p runs model (p + r) % count)."""
+    count = len(plan[0].creation)
+    total = sum(item.runs for item in plan)
+    samples, blocks = np.zeros((count, total)), np.zeros(total, dtype=int)
+    created = np.zeros((count, len(plan)))
+    column = round_index = 0
+    for number, item in enumerate(plan):
+        runners: dict[int, Callable[[], None]] = {}
+        for index in item.creation:
+            start = time.perf_counter()
+            runners[index] = make_runner(index)
+            created[index, number] = time.perf_counter() - start
+        for round_in_set in range(item.warmup + item.runs):
+            timed = round_in_set >= item.warmup
+            for position in range(count):
+                index = (position + round_index) % count
+                start = clock()
+                runners[index]()
+                elapsed = clock() - start
+                if timed:
+                    samples[index, column] = elapsed
+            round_index += 1
+            if timed:
+                blocks[column] = number
+                column += 1
+            if progress is not None:
+                progress.update(column, None if timed else (round_in_set + 1, item.warmup))
+        runners.clear()
+        gc.collect()  # the next set's sessions start from memory this one freed
+    return Measured(samples, blocks, created)
+
+
 def _time_group(
     models: list[BenchModel], provider: str, level: str, feeds: dict, options: BenchOptions
 ) -> list[Timing]:
-    runners, created, ort_ops = [], [], []
-    for model in models:
-        start = time.perf_counter()
-        session = _session(model, provider, level, options)
-        created.append(time.perf_counter() - start)
-        runners.append(_runner(session, provider, feeds))
-        ort_ops.append(norm_ops_after_ort(model, provider, level, options))
-    samples = np.zeros((len(models), options.runs))
-    count = len(runners)
-    progress = Progress(f"{provider}/{level}", options.warmup, options.runs, options.progress)
-    for round_index in range(options.warmup + options.runs):
-        # Rotate the order each round so that no model always runs first (a position bias of
-        # about 2% was measured here with a fixed order).
-        for position in range(count):
-            index = (position + round_index) % count
-            start = options.clock()
-            runners[index]()
-            elapsed = options.clock() - start
-            if round_index >= options.warmup:
-                samples[index, round_index - options.warmup] = elapsed
-        progress.update(round_index + 1)
+    ort_ops = [norm_ops_after_ort(model, provider, level, options) for model in models]
+    plan = schedule(len(models), options.runs, options.warmup, options.sessions, options.seed)
+
+    def make_runner(index: int) -> Callable[[], None]:
+        return _runner(_session(models[index], provider, level, options), provider, feeds)
+
+    progress = Progress(f"{provider}/{level}", options.runs, options.progress)
+    measured = time_sets(plan, make_runner, options.clock, progress)
     progress.close()
     timings = []
     for index, model in enumerate(models):
-        ratio, interval = ratio_with_interval(samples[0], samples[index], options.seed)
+        ratio, interval = ratio_with_interval(
+            measured.samples[0], measured.samples[index], options.seed, measured.blocks
+        )
         timings.append(
             Timing(
                 model.name,
                 provider,
                 model.level or level,
-                samples[index],
-                created[index],
+                measured.samples[index],
+                float(np.median(measured.created[index])),
                 ort_ops[index],
                 ratio,
                 interval,
                 reference=index == 0,
+                blocks=measured.blocks,
             )
         )
     return timings
@@ -374,25 +455,26 @@ class Progress:
     """One stderr line, rewritten in place: warm-up rounds, then measured rounds with the time
     elapsed since measuring began and an estimate of the time left."""
 
-    def __init__(self, label: str, warmup: int, runs: int, enabled: bool) -> None:
-        self.label, self.warmup, self.runs, self.enabled = label, warmup, runs, enabled
+    def __init__(self, label: str, runs: int, enabled: bool) -> None:
+        self.label, self.runs, self.enabled = label, runs, enabled
         self.started: float | None = None
         self.shown = 0.0
         self.width = 0
 
-    def update(self, rounds_done: int) -> None:
-        """Called after each round (warm-up rounds first)."""
+    def update(self, done: int, warmup: tuple[int, int] | None = None) -> None:
+        """Called after each round: `done` measured rounds so far, and (round, of) while a session
+        set warms up."""
         now = time.monotonic()
-        if rounds_done == self.warmup:
+        if self.started is None and (done or (warmup and warmup[0] == warmup[1])):
             self.started = now
-        if not self.enabled or (now - self.shown < 0.2 and rounds_done < self.warmup + self.runs):
+        if not self.enabled or (now - self.shown < 0.2 and done < self.runs):
             return
         self.shown = now
-        if rounds_done <= self.warmup:
-            text = progress_text(self.label, 0, self.runs, 0.0, (rounds_done, self.warmup))
+        if warmup is not None:
+            text = progress_text(self.label, done, self.runs, 0.0, warmup)
         else:
             elapsed = now - (self.started if self.started is not None else now)
-            text = progress_text(self.label, rounds_done - self.warmup, self.runs, elapsed)
+            text = progress_text(self.label, done, self.runs, elapsed)
         self.width = max(self.width, len(text))
         print("\r" + text.ljust(self.width), end="", file=sys.stderr, flush=True)
 
@@ -433,17 +515,39 @@ def _runner(session: ort.InferenceSession, provider: str, feeds: dict):
 
 
 def ratio_with_interval(
-    base: np.ndarray, other: np.ndarray, seed: int = 0
+    base: np.ndarray, other: np.ndarray, seed: int = 0, blocks: np.ndarray | None = None
 ) -> tuple[float, tuple[float, float]]:
-    """median(other) / median(base), and a 95% bootstrap interval resampling paired rounds."""
+    """median(other) / median(base), and a 95% bootstrap interval: each resample draws session
+    sets (`blocks`: the set of each sample; None: one set) with replacement, then paired rounds
+    with replacement within each drawn set."""
     ratio = float(np.median(other) / np.median(base))
     if base is other or np.array_equal(base, other):
         return 1.0, (1.0, 1.0)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, base.size, (BOOTSTRAP_RESAMPLES, base.size))
-    ratios = np.median(other[picks], axis=1) / np.median(base[picks], axis=1)
-    low, high = np.percentile(ratios, [2.5, 97.5])
+    picks = bootstrap_picks(np.zeros(base.size, int) if blocks is None else blocks, seed)
+    valid = picks >= 0
+    safe = np.where(valid, picks, 0)
+    medians = [
+        np.nanmedian(np.where(valid, values[safe], np.nan), axis=1) for values in (base, other)
+    ]
+    low, high = np.percentile(medians[1] / medians[0], [2.5, 97.5])
     return ratio, (float(low), float(high))
+
+
+def bootstrap_picks(blocks: np.ndarray, seed: int = 0) -> np.ndarray:
+    """`BOOTSTRAP_RESAMPLES` resamples of sample indices (rows; -1 pads a row): sets drawn with
+    replacement, then each drawn set's rounds drawn with replacement from that set."""
+    groups = [np.flatnonzero(blocks == value) for value in np.unique(blocks)]
+    sizes = np.array([group.size for group in groups])
+    table = np.full((len(groups), sizes.max()), -1)
+    for row, group in enumerate(groups):
+        table[row, : group.size] = group
+    rng = np.random.default_rng(seed)
+    chosen = rng.integers(0, len(groups), (BOOTSTRAP_RESAMPLES, len(groups)))
+    chosen_sizes = sizes[chosen][..., None]
+    offsets = (rng.random((*chosen.shape, sizes.max())) * chosen_sizes).astype(int)
+    picks = table[chosen[..., None], offsets]
+    picks[np.arange(sizes.max()) >= chosen_sizes] = -1
+    return picks.reshape(BOOTSTRAP_RESAMPLES, -1)
 
 
 def norm_ops_after_ort(model: BenchModel, provider: str, level: str, options: BenchOptions) -> dict:

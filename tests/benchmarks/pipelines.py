@@ -201,7 +201,7 @@ def time_rows(
         orders = [n for n in (NF_OPT, OPT_NF) if n in timings]
         best = min(orders, key=lambda n: float(np.median(timings[n].samples)))
         best_ratio, best_interval = bench.ratio_with_interval(
-            timings[OPT].samples, timings[best].samples, options.seed
+            timings[OPT].samples, timings[best].samples, options.seed, timings[OPT].blocks
         )
         rows.append(
             {
