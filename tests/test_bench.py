@@ -242,3 +242,106 @@ def test_plot_draws_one_png(tmp_path: Path, capsys) -> None:
     assert main([*args, "--level", "disable", "--level", "all", "--plot", str(plot)]) == 0
     data = plot.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) < 200_000
+
+
+def test_schedule_splits_runs_over_sets_and_reverses_each_creation_order() -> None:
+    plan = bench.schedule(count=5, runs=200, warmup=20, sets=6, seed=3)
+    assert len(plan) == 6 and sum(item.runs for item in plan) == 200
+    assert {item.runs for item in plan} <= {33, 34} and {item.warmup for item in plan} == {20}
+    for first, second in zip(plan[::2], plan[1::2], strict=True):
+        assert sorted(first.creation) == list(range(5))
+        assert second.creation == first.creation[::-1]
+    assert len({item.creation for item in plan[::2]}) > 1  # shuffled anew per pair
+    assert len(bench.schedule(count=3, runs=2, warmup=1, sets=6)) == 2  # at most one set per run
+    assert bench.schedule(count=3, runs=10, warmup=1, sets=6, seed=1) == bench.schedule(
+        count=3, runs=10, warmup=1, sets=6, seed=1
+    )
+
+
+class CreationOrderMachine:
+    """Fake sessions and clock: every model costs 1.0 per run, but a session created earlier in
+    its set runs slower (the first `bias` slower than the last), as measured on this machine;
+    `set_spread` adds a random speed per session, `jitter` per run."""
+
+    def __init__(
+        self, count: int, bias: float, set_spread: float = 0.0, jitter: float = 0.01, seed: int = 0
+    ) -> None:
+        self.count, self.bias, self.set_spread, self.jitter = count, bias, set_spread, jitter
+        self.rng = np.random.default_rng(seed)
+        self.now, self.made, self.ran = 0.0, 0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def make_runner(self, index: int):
+        position = self.made % self.count
+        self.made += 1
+        speed = 1 + self.bias * (self.count - 1 - position) / (self.count - 1)
+        speed *= 1 + self.set_spread * self.rng.standard_normal()
+
+        def run() -> None:
+            self.ran.append(index)
+            self.now += speed * (1 + self.jitter * self.rng.standard_normal())
+
+        return run
+
+
+def a_a_ratio(sets: int, bias: float, set_spread: float = 0.0) -> tuple[float, tuple]:
+    machine = CreationOrderMachine(4, bias, set_spread)
+    plan = bench.schedule(count=4, runs=240, warmup=2, sets=sets)
+    measured = bench.time_sets(plan, machine.make_runner, machine.clock)
+    return bench.ratio_with_interval(measured.samples[0], measured.samples[3], 0, measured.blocks)
+
+
+def test_a_session_creation_order_bias_cancels_over_session_sets() -> None:
+    """Identical models (A/A): with one set, the model created first reads ~10% slow beyond its
+    interval (the old design's bias); over shuffled-then-reversed sets it reads 1 within it."""
+    ratio, (low, high) = a_a_ratio(sets=1, bias=0.1)
+    assert high < 0.99  # the last model looks faster: the bias the A/A control showed
+    ratio, (low, high) = a_a_ratio(sets=6, bias=0.1)
+    assert low <= 1.0 <= high and abs(ratio - 1.0) < 0.01
+
+
+def test_interval_covers_between_session_differences() -> None:
+    """Sessions with their own random speed (3%), identical models, 10 seeded machines: the
+    interval over sets contains 1 far more often than one over rounds alone, and is wider."""
+    covered = {"sets": 0, "rounds": 0}
+    for seed in range(10):
+        machine = CreationOrderMachine(2, bias=0.0, set_spread=0.03, seed=seed)
+        plan = bench.schedule(count=2, runs=60, warmup=1, sets=6, seed=seed)
+        measured = bench.time_sets(plan, machine.make_runner, machine.clock)
+        base, other = measured.samples
+        _, (low, high) = bench.ratio_with_interval(base, other, 0, measured.blocks)
+        _, (round_low, round_high) = bench.ratio_with_interval(base, other, 0)
+        covered["sets"] += low <= 1.0 <= high
+        covered["rounds"] += round_low <= 1.0 <= round_high
+        assert high - low > round_high - round_low
+    assert covered["sets"] >= 8 and covered["rounds"] <= 5, covered
+
+
+def test_rounds_rotate_so_each_model_takes_each_position_equally_often() -> None:
+    machine = CreationOrderMachine(3, bias=0.0)
+    plan = bench.schedule(count=3, runs=12, warmup=0, sets=2)
+    measured = bench.time_sets(plan, machine.make_runner, machine.clock)
+    rounds = np.array(machine.ran).reshape(-1, 3)
+    for position in range(3):
+        assert sorted(np.bincount(rounds[:, position], minlength=3)) == [4, 4, 4]
+    assert list(measured.blocks) == [0] * 6 + [1] * 6
+    assert measured.created.shape == (3, 2)
+
+
+def test_bootstrap_picks_draw_whole_sets_then_rounds_within_them() -> None:
+    blocks = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+    sizes = np.bincount(blocks)
+    picks = bench.bootstrap_picks(blocks, seed=0)
+    assert picks.shape == (bench.BOOTSTRAP_RESAMPLES, 3 * 3)  # 3 sets drawn, padded to 3 each
+    drawn_sets = set()
+    for row in picks[:200]:
+        for segment in row.reshape(3, 3):
+            drawn = segment[segment >= 0]
+            assert len(set(blocks[drawn])) == 1  # one set per draw
+            assert drawn.size == sizes[blocks[drawn[0]]]  # as many rounds as that set has
+            drawn_sets.add(int(blocks[drawn[0]]))
+    assert drawn_sets == {0, 1, 2}
+    one_set = bench.bootstrap_picks(np.zeros(5, int))
+    assert one_set.shape == (bench.BOOTSTRAP_RESAMPLES, 5) and one_set.min() >= 0
