@@ -64,7 +64,7 @@ EXAMPLES = {
     "bench": ["normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png"],
     "tune": ["normfuse tune fused.onnx --dims sequence=128"],
 }
-TIMING_OPTIONS = ("warmup", "runs", "threads", "level", "plot", "quiet")
+TIMING_OPTIONS = ("warmup", "runs", "threads", "sessions", "level", "plot", "quiet")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -244,6 +244,11 @@ def _add_bench_options(
     sub.add_argument("--warmup", type=int, help="untimed runs each (default 20)")
     sub.add_argument("--runs", type=int, help="timed runs each (default 200)")
     sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
+    sub.add_argument(
+        "--sessions",
+        type=int,
+        help="session sets: fresh sessions per model, runs split over them (default 6, at most --runs)",
+    )
     if levels:
         sub.add_argument(
             "--level",
@@ -641,6 +646,9 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
         raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
+    sessions = min(6, runs) if args.sessions is None else args.sessions
+    if not 1 <= sessions <= runs:
+        raise NormfuseError(f"--sessions must be 1 to --runs ({runs}), got {sessions}")
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
         levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
@@ -651,6 +659,7 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
         seed=_seed(args),
         npz=None if args.inputs is None else str(args.inputs),
         progress=sys.stderr.isatty() and not args.quiet,
+        sessions=sessions,
     )
 
 
