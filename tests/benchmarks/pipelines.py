@@ -5,13 +5,14 @@ batch 1.
 Pipelines: the original; the optimizer alone; normfuse alone; normfuse then the optimizer; the
 optimizer then normfuse; onnxslim alone (the baseline for the next); onnxslim then normfuse.
 For each it prints the ratio of medians to the original at the same ORT level with a 95%
-bootstrap interval (interleaved, rotated rounds, see `normfuse.bench`), the normalisation ops ORT
+bootstrap interval (fresh sessions in several session sets, interleaved rotated rounds, see
+`normfuse.bench`), the normalisation ops ORT
 actually ran, the optimizer's own fusion statistics (`get_fused_operator_statistics`: attention,
 Skip*LayerNormalization, GELU) in each order, how many sites normfuse fused in each order, and
 the largest output difference from the original (ORT level disable). "best / optimizer" is the
 faster of the two normfuse+optimizer orders against the optimizer alone, from the same paired
-rounds. The last column times the original again (an A/A control): its distance from 1 is this
-row's systematic noise, which the bootstrap interval does not cover.
+rounds. The last column times the original again (an A/A control): it should read 1 within its
+interval; its distance from 1 is this row's leftover noise.
 
 Run on demand (not part of the test suite), from the repository root, with the `benchmarks` extra:
 
@@ -40,8 +41,8 @@ import onnxruntime as ort
 from ort_optimizer import ort_transformers_optimize
 
 import normfuse
-from normfuse import bench
-from normfuse.inputs import make_inputs
+from normfuse import bench, sessions
+from normfuse.inputs import graph_inputs, make_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "models" / "manifest.json"
@@ -56,8 +57,9 @@ ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF = (
     "onnxslim>normfuse",
 )
 PIPELINES = (ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF)
-# The original again, timed last: an A/A control. Byte-identical models timed side by side here
-# differed by up to ~5% (beyond their bootstrap intervals), so each row shows its own.
+# The original again, in sessions of its own: an A/A control. Before session sets
+# (normfuse.bench), byte-identical models timed side by side here differed by up to ~15%, the one
+# created first the slowest; each row shows its own.
 CONTROL = "original again (A/A)"
 FUSED_GROUPS = {
     "attn": ("Attention", "MultiHeadAttention", "GroupQueryAttention"),
@@ -146,17 +148,15 @@ def build_pipelines(subject: Subject, folder: Path) -> dict[str, Built]:
     return {name: _timed(step) for name, step in steps.items()}
 
 
-def max_differences(models: dict[str, onnx.ModelProto], dims: dict[str, int]) -> dict[str, float]:
+def max_differences(models: dict[str, bench.BenchModel], dims: dict[str, int]) -> dict[str, float]:
     """Largest absolute difference of every output from the original's (ORT level disable)."""
-    feeds, _ = make_inputs(models[ORIGINAL], dims, 0)
+    feeds, _ = make_inputs(models[ORIGINAL].model, dims, 0)
     outputs = {}
-    for name, model in models.items():
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.log_severity_level = 3
-        session = ort.InferenceSession(model.SerializeToString(), so, ["CPUExecutionProvider"])
+    for name, item in models.items():
+        session = sessions.create(item.model, "cpu", "disable", item.base_dir)
         wanted = {info.name for info in session.get_inputs()}
         outputs[name] = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+        del session  # one session at a time (real sizes: memory)
     reference = outputs[ORIGINAL]
     return {
         name: max(
@@ -167,24 +167,27 @@ def max_differences(models: dict[str, onnx.ModelProto], dims: dict[str, int]) ->
     }
 
 
-def prepare(subject: Subject) -> tuple[dict[str, onnx.ModelProto], dict[str, Built]]:
-    """Every pipeline's output model for `subject`, and how each was built."""
+def prepare(subject: Subject) -> tuple[dict[str, bench.BenchModel], dict[str, Built]]:
+    """Every pipeline's output model for `subject` (held in memory), and how each was built."""
     with tempfile.TemporaryDirectory() as folder:
         built = build_pipelines(subject, Path(folder))
-        models = {name: onnx.load(item.path) for name, item in built.items()}
+        models = {
+            name: bench.BenchModel(name, onnx.load(item.path)) for name, item in built.items()
+        }
     return models, built
 
 
-def with_control(models: dict[str, onnx.ModelProto]) -> dict[str, onnx.ModelProto]:
-    """`models` with a copy of the original appended (timed last, as the A/A control)."""
+def with_control(models: dict[str, bench.BenchModel]) -> dict[str, bench.BenchModel]:
+    """`models` with a copy of the original appended (the A/A control: its own sessions)."""
     control = onnx.ModelProto()
-    control.CopyFrom(models[ORIGINAL])
-    return {**models, CONTROL: control}
+    control.CopyFrom(models[ORIGINAL].model)
+    copy = dataclasses.replace(models[ORIGINAL], name=CONTROL, model=control)
+    return {**models, CONTROL: copy}
 
 
 def time_rows(
     name: str,
-    models: dict[str, onnx.ModelProto],
+    models: dict[str, bench.BenchModel],
     built: dict[str, Built],
     dims: dict[str, int],
     options: bench.BenchOptions,
@@ -193,8 +196,7 @@ def time_rows(
     """Time `models` side by side at `dims` (the pipelines' outputs first, then any others);
     one row per ORT level."""
     differences = max_differences({n: models[n] for n in PIPELINES if n in models}, dims)
-    bench_models = [bench.BenchModel(label, model) for label, model in models.items()]
-    report = bench.run(bench_models, dataclasses.replace(options, dims=dims), threading)
+    report = bench.run(list(models.values()), dataclasses.replace(options, dims=dims), threading)
     rows = []
     for level in options.levels:
         timings = {t.model: t for t in report.timings if t.level == level}
@@ -226,7 +228,20 @@ def measure(
 ) -> list[dict]:
     """Build and time every pipeline for `subject`; one row per ORT level."""
     models, built = prepare(subject)
-    return time_rows(subject.name, with_control(models), built, subject.dims, options, threading)
+    dims = symbolic_dims(models[ORIGINAL].model, subject.dims)
+    return time_rows(subject.name, with_control(models), built, dims, options, threading)
+
+
+def symbolic_dims(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, int]:
+    """The entries of `dims` that name a symbolic dimension of `model`'s inputs (the manifest
+    gives batch and sequence for every model; the dynamo exports have static shapes)."""
+    known = {
+        dim.dim_param
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param
+    }
+    return {name: size for name, size in dims.items() if name in known}
 
 
 def cell(pair: list) -> str:
@@ -251,8 +266,9 @@ def header(options: bench.BenchOptions, threads: str) -> str:
     return (
         f"Measured {now} on {platform.machine()} ({platform.processor() or 'cpu'}), "
         f"onnxruntime {ort.__version__}, CPU provider, intra-op threads {threads}, batch 1, "
-        f"{options.runs} interleaved rounds after {options.warmup} warm-up. Cells: median / "
-        "original's median at the same ORT level [95% bootstrap interval]; ↓ faster, ↑ slower "
+        f"{options.runs} interleaved rounds in {options.sessions} session sets (fresh sessions, "
+        f"{options.warmup} warm-up rounds each). Cells: median / original's median at the same "
+        "ORT level [95% bootstrap interval over session sets and rounds]; ↓ faster, ↑ slower "
         "beyond the interval, none: noise."
     )
 
@@ -313,18 +329,24 @@ def parse_common(parser: argparse.ArgumentParser) -> None:
     """Options shared with real_sizes.py."""
     parser.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     parser.add_argument("--runs", type=int, help="timed rounds (default 200, quick 60)")
-    parser.add_argument("--warmup", type=int, help="warm-up rounds (default 20, quick 10)")
+    parser.add_argument("--warmup", type=int, help="warm-up rounds per session set")
+    parser.add_argument("--sessions", type=int, help="session sets (see normfuse.bench)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
 
 
-def options_from(args: argparse.Namespace, runs: int, quick_runs: int) -> bench.BenchOptions:
+def options_from(
+    args: argparse.Namespace, runs: int, quick_runs: int, warmup: int = 20, sessions: int = 6
+) -> bench.BenchOptions:
+    """Bench options from the shared flags; `warmup` and `sessions` are this script's defaults
+    (quick: half the warm-up)."""
     return bench.BenchOptions(
         levels=("disable", "all"),
         runs=args.runs or (quick_runs if args.quick else runs),
-        warmup=args.warmup or (10 if args.quick else 20),
+        warmup=args.warmup or (max(1, warmup // 2) if args.quick else warmup),
         threads=args.threads,
+        sessions=args.sessions or sessions,
     )
 
 
