@@ -252,7 +252,8 @@ def test_schedule_splits_runs_over_sets_and_reverses_each_creation_order() -> No
         assert sorted(first.creation) == list(range(5))
         assert second.creation == first.creation[::-1]
     assert len({item.creation for item in plan[::2]}) > 1  # shuffled anew per pair
-    assert len(bench.schedule(count=3, runs=2, warmup=1, sets=6)) == 2  # at most one set per run
+    assert len(bench.schedule(count=3, runs=25, warmup=1, sets=6)) == 2  # 10 runs a set at least
+    assert len(bench.schedule(count=3, runs=5, warmup=1, sets=6)) == 1
     assert bench.schedule(count=3, runs=10, warmup=1, sets=6, seed=1) == bench.schedule(
         count=3, runs=10, warmup=1, sets=6, seed=1
     )
@@ -321,12 +322,12 @@ def test_interval_covers_between_session_differences() -> None:
 
 def test_rounds_rotate_so_each_model_takes_each_position_equally_often() -> None:
     machine = CreationOrderMachine(3, bias=0.0)
-    plan = bench.schedule(count=3, runs=12, warmup=0, sets=2)
+    plan = bench.schedule(count=3, runs=24, warmup=0, sets=2)
     measured = bench.time_sets(plan, machine.make_runner, machine.clock)
     rounds = np.array(machine.ran).reshape(-1, 3)
     for position in range(3):
-        assert sorted(np.bincount(rounds[:, position], minlength=3)) == [4, 4, 4]
-    assert list(measured.blocks) == [0] * 6 + [1] * 6
+        assert sorted(np.bincount(rounds[:, position], minlength=3)) == [8, 8, 8]
+    assert list(measured.blocks) == [0] * 12 + [1] * 12
     assert measured.created.shape == (3, 2)
 
 

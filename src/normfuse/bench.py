@@ -45,6 +45,7 @@ NORM_OPS = (
     "GroupNorm",
 )
 BOOTSTRAP_RESAMPLES = 2000
+MIN_RUNS_PER_SET = 10
 # Two identical models timed side by side differ by up to about 1%: read ratios within it as equal.
 EQUAL_WITHIN = 0.01
 # Fewest runs for a percentile to rest on at least ten samples beyond it (p90) or one (p99).
@@ -352,10 +353,11 @@ class SessionSet:
 
 
 def schedule(count: int, runs: int, warmup: int, sets: int, seed: int = 0) -> list[SessionSet]:
-    """`runs` split over `sets` session sets (at most one per run). The creation order is a seeded
-    shuffle in even sets and its reverse in the next, so that over each pair every model is
-    created, on average, in the middle (a drift with creation order cancels)."""
-    sets = max(1, min(sets, runs))
+    """`runs` split over `sets` session sets (at most one per `MIN_RUNS_PER_SET` runs: fewer
+    rounds per set leave each set's median, and so the interval, too coarse). The creation order
+    is a seeded shuffle in even sets and its reverse in the next, so that over each pair every
+    model is created, on average, in the middle (a drift with creation order cancels)."""
+    sets = max(1, min(sets, runs // MIN_RUNS_PER_SET))
     rng = np.random.default_rng(seed)
     plan: list[SessionSet] = []
     for index in range(sets):

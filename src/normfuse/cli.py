@@ -247,7 +247,7 @@ def _add_bench_options(
     sub.add_argument(
         "--sessions",
         type=int,
-        help="fresh sessions per model, runs split over them (default 6, at most --runs)",
+        help="fresh sessions per model, runs split over them (default 6; one per 10 runs at most)",
     )
     if levels:
         sub.add_argument(
