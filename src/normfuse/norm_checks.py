@@ -235,7 +235,12 @@ def normalised_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
     """The static dims of the normalised axes."""
     dims = tuple(shape[len(shape) + axes[0] :])
     if not all(isinstance(dim, int) for dim in dims):
-        raise Reject("unknown-shape", f"normalised dims {dims} are not all static")
+        raise Reject(
+            "unknown-shape",
+            f"normalised dims {dims} are not all static: a symbolic dim may be 0 at run time, "
+            "where the fused kernels refuse to run, and a scale fed at run time may broadcast "
+            "where theirs may not",
+        )
     return dims
 
 
