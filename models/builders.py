@@ -198,9 +198,9 @@ def add_layer_norm(b: GraphBuilder, x: str, shape: tuple, spec: LayerNormSpec, r
         if spec.epsilon_shape
         else b.epsilon(spec.epsilon, spec.epsilon_form)
     )
-    if spec.epsilon_outside_sqrt:
-        std = b.op("Add", [b.op("Sqrt", [variance]), epsilon])
-        normed = b.op("Div", [normed_input, std])
+    if spec.epsilon_outside_sqrt:  # the root (Sqrt or Pow) of the variance, then + epsilon
+        std = b.op("Add", [_root(b, variance, spec, wide_dtype), epsilon])
+        normed = _divide(b, normed_input, std, spec, wide_dtype)
     else:
         shifted = b.op("Add", [variance, epsilon])
         normed = _normalise(b, normed_input, shifted, spec, wide_dtype)
@@ -291,8 +291,13 @@ def _normalise(b: GraphBuilder, centered: str, shifted: str, spec, dtype=None) -
     divide = spec.divide
     if divide == "pow_half":
         return b.op("Mul", [centered, b.op("Pow", [shifted, b.const(-0.5, "minus_half", dtype)])])
-    std = _root(b, shifted, spec, dtype)
-    if divide == "div":
+    return _divide(b, centered, _root(b, shifted, spec, dtype), spec, dtype)
+
+
+def _divide(b: GraphBuilder, centered: str, std: str, spec, dtype=None) -> str:
+    """`centered / std` as `spec.divide` spells it (`pow_half` has no std: a plain Div)."""
+    divide = spec.divide
+    if divide in ("div", "pow_half"):
         return b.op("Div", [centered, std])
     if divide == "reciprocal":
         return b.op("Mul", [centered, b.op("Reciprocal", [std])])
@@ -468,6 +473,15 @@ LAYER_NORM_NEGATIVES = {
     "batch_axis": (LayerNormSpec(axes=(0, 1), scale=False, bias=False), "batch-axis"),
     "unbiased_variance": (LayerNormSpec(variance="sum_over_d_minus_1"), "unbiased-variance"),
     "epsilon_outside_sqrt": (LayerNormSpec(epsilon_outside_sqrt=True), "epsilon-outside-sqrt"),
+    # OpenVINO's MVN tests: epsilon after a Pow(., 0.5) root, then a reciprocal.
+    "epsilon_outside_pow_root_reciprocal": (
+        LayerNormSpec(epsilon_outside_sqrt=True, root="pow", divide="reciprocal"),
+        "epsilon-outside-sqrt",
+    ),
+    "epsilon_outside_sqrt_pow_minus_one": (
+        LayerNormSpec(epsilon_outside_sqrt=True, divide="pow_minus_one"),
+        "epsilon-outside-sqrt",
+    ),
     "per_token_gamma": (LayerNormSpec(scale_shape=(7, 32)), "gamma-shape"),
     "non_trailing_axis": (LayerNormSpec(axes=(1,)), "non-trailing-axes"),
     "mismatched_axes": (LayerNormSpec(axes=(-1,), variance_axes=(-2, -1)), "mismatched-axes"),

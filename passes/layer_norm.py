@@ -97,18 +97,24 @@ _inv_std = AnyOf(
     Op("Div", Const("one", 1.0), _std, name="inv_std"),
     Op("Pow", _shifted, Const("minus_half", -0.5), name="inv_std"),
 )
+_std_plus_epsilon = AnyOf(
+    Op("Add", Op("Sqrt", _variance), Const("epsilon"), name="std_plus_epsilon"),
+    Op("Add", Op("Pow", _variance, Const("half")), Const("epsilon"), name="std_plus_epsilon"),
+)
 _normed = AnyOf(
     *(Op("Div", dev, _std, name="normed") for dev in (_centered, _negated_numerator)),
     *(Op("Mul", dev, _inv_std, name="normed") for dev in (_centered, _negated_numerator)),
-    # Near-miss: epsilon added after the square root.
+    # Near-miss: epsilon added after the square root (Sqrt or Pow(., 0.5)), divided by or
+    # multiplied with its reciprocal.
+    *(Op("Div", dev, _std_plus_epsilon, name="normed") for dev in (_centered, _negated_numerator)),
     *(
-        Op(
-            "Div",
-            dev,
-            Op("Add", Op("Sqrt", _variance), Const("epsilon"), name="std_plus_epsilon"),
-            name="normed",
-        )
+        Op("Mul", dev, reciprocal, name="normed")
         for dev in (_centered, _negated_numerator)
+        for reciprocal in (
+            Op("Reciprocal", _std_plus_epsilon),
+            Op("Pow", _std_plus_epsilon, Const("minus_one")),
+            Op("Div", Const("one", 1.0), _std_plus_epsilon),
+        )
     ),
 )
 
