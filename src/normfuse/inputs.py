@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from normfuse.errors import NormfuseError
+from normfuse.scopes import overridable
 
 MAX_DIM = 2**31 - 1
 # Generated and loaded inputs together may take this many bytes (checked before allocating).
@@ -65,7 +66,12 @@ def make_inputs(
     overrides = {}
     if npz:
         # Initializers that are also graph inputs are inputs too: a caller may feed them.
-        defaults = [info for info in overridable_inputs(model) if info.type.HasField("tensor_type")]
+        names = overridable(model.graph)
+        defaults = [
+            info
+            for info in model.graph.input
+            if info.name in names and info.type.HasField("tensor_type")
+        ]
         dtypes.update({info.name: _input_dtype(info) for info in defaults})
         overrides = _load_npz(npz, [*signature, *defaults], dtypes)
     shapes = {
@@ -143,12 +149,6 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The graph inputs that are not initializers (what a caller must feed)."""
     initializers = {tensor.name for tensor in model.graph.initializer}
     return [info for info in model.graph.input if info.name not in initializers]
-
-
-def overridable_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The graph inputs that are also initializers (defaults a caller may override)."""
-    initializers = {tensor.name for tensor in model.graph.initializer}
-    return [info for info in model.graph.input if info.name in initializers]
 
 
 def _load_npz(

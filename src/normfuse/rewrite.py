@@ -9,7 +9,7 @@ cleans up and sorts the graph once. Passes run in order until none fuses anythin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -308,55 +308,53 @@ def _check_scope_facts(found: Match, context: Context) -> None:
         )
 
 
-def _escaping_intermediate(
-    found: Match, fusion_pass: FusionPass, graph_outputs: set[str], site: Site
-) -> NearMiss | None:
-    """A near-miss if a matched node's output other than the root (or a shared binding) is used
-    outside the match, or a shared binding the fused node cannot provide is a graph output."""
-    inside = {id(node) for node in found.nodes}
-    shared = {id(found[name]) for name in fusion_pass.shared_names if name in found}
-    provided = {id(tensor) for _, tensor in site.fused.extra_outputs}
+def _escapes(
+    found: Match, fusion_pass: FusionPass, graph_outputs: set[str], provided: frozenset[int]
+) -> Iterator[tuple[gs.Tensor, list[gs.Node]]]:
+    """Each intermediate of `found` (not the root, not a shared binding) that is a graph output
+    or read outside the match, with those outside readers; first, each shared binding the pass
+    never lets be a graph output (`never_outputs`) that is one and not in `provided` (ids of the
+    tensors the fused node produces)."""
     for name in getattr(fusion_pass, "never_outputs", ()):
         tensor = found.tensors.get(name)
         if tensor is not None and tensor.name in graph_outputs and id(tensor) not in provided:
-            return _escape_miss(fusion_pass, tensor, [])
+            yield tensor, []
+    inside = {id(node) for node in found.nodes}
+    shared = {id(found[name]) for name in fusion_pass.shared_names if name in found}
     for node in found.nodes:
         for tensor in node.outputs:
             if tensor is found.root or id(tensor) in shared:
                 continue
             outside = [user for user in tensor.outputs if id(user) not in inside]
             if outside or tensor.name in graph_outputs:
-                return _escape_miss(fusion_pass, tensor, outside)
+                yield tensor, outside
+
+
+def _escaping_intermediate(
+    found: Match, fusion_pass: FusionPass, graph_outputs: set[str], site: Site
+) -> NearMiss | None:
+    """A near-miss if a matched node's output other than the root (or a shared binding) is used
+    outside the match, or a shared binding the fused node cannot provide is a graph output."""
+    provided = frozenset(id(tensor) for _, tensor in site.fused.extra_outputs)
+    for tensor, outside in _escapes(found, fusion_pass, graph_outputs, provided):
+        users = ", ".join(node_label(user) for user in outside) or "a graph output"
+        node = tensor.inputs[0]
+        label = node_label(node)
+        detail = f"{tensor.name!r} (from {node.op} {label!r}) is also used by {users}"
+        return NearMiss(fusion_pass.kind, label, INTERMEDIATE_USED_ELSEWHERE, detail)
     return None
-
-
-def _escape_miss(fusion_pass: FusionPass, tensor: gs.Tensor, outside: list[gs.Node]) -> NearMiss:
-    users = ", ".join(node_label(user) for user in outside) or "a graph output"
-    node = tensor.inputs[0]
-    label = node_label(node)
-    detail = f"{tensor.name!r} (from {node.op} {label!r}) is also used by {users}"
-    return NearMiss(fusion_pass.kind, label, INTERMEDIATE_USED_ELSEWHERE, detail)
 
 
 def _outside_users(
     found: Match, fusion_pass: FusionPass, graph_outputs: set[str]
 ) -> list[gs.Node] | None:
-    """The nodes outside `found` that read its intermediates (not the root, not shared
-    bindings); None when an intermediate, or a shared binding the pass never provides, is a
-    graph output."""
-    inside = {id(node) for node in found.nodes}
-    shared = {id(found[name]) for name in fusion_pass.shared_names if name in found}
-    never = [found.tensors.get(name) for name in getattr(fusion_pass, "never_outputs", ())]
-    if any(tensor is not None and tensor.name in graph_outputs for tensor in never):
-        return None
+    """The nodes outside `found` that read its intermediates; None when an intermediate (or a
+    shared binding the pass never provides) is a graph output."""
     users = []
-    for node in found.nodes:
-        for tensor in node.outputs:
-            if tensor is found.root or id(tensor) in shared:
-                continue
-            if tensor.name in graph_outputs:
-                return None
-            users += [user for user in tensor.outputs if id(user) not in inside]
+    for tensor, outside in _escapes(found, fusion_pass, graph_outputs, frozenset()):
+        if tensor.name in graph_outputs:
+            return None
+        users += outside
     return users
 
 

@@ -13,7 +13,7 @@ from normfuse.constants import ConstantReader
 from normfuse.rewrite import Context
 from normfuse.scopes import all_graphs, overridable
 from normfuse.skeleton import skeleton
-from normfuse.static_values import MAX_DEPTH, static_value
+from normfuse.static_values import MAX_DEPTH, Memo, static_value
 from normfuse.targets import Target
 
 TensorType = tuple[int, tuple[int | str | None, ...] | None]
@@ -97,9 +97,11 @@ def fold_reshape_targets(
     tensors = graph.tensors()
     outputs = {info.name for info in model.graph.output}
     folded: dict[str, np.ndarray] = {}
+    seen: set[int] = set()
+    memo: Memo = {}
     for node in candidates:
         if node.input[1] in tensors:
-            _fold_parts(tensors[node.input[1]], context, folded, MAX_DEPTH)
+            _fold_parts(tensors[node.input[1]], context, folded, (seen, memo), MAX_DEPTH)
     folded = {name: value for name, value in folded.items() if name not in outputs}
     if not folded:
         return None
@@ -117,21 +119,28 @@ def fold_reshape_targets(
 
 
 def _fold_parts(
-    tensor: gs.Tensor, context: Context, folded: dict[str, np.ndarray], depth: int
+    tensor: gs.Tensor,
+    context: Context,
+    folded: dict[str, np.ndarray],
+    visits: tuple[set[int], Memo],
+    depth: int,
 ) -> None:
     """Record in `folded` the largest computed (not yet constant) parts of `tensor`'s
-    producers that fold to a value."""
-    if depth == 0 or tensor.name in folded or context.reader.value(tensor) is not None:
+    producers that fold to a value; `visits` (tensors already looked at, `static_value`'s memo)
+    keeps each tensor of the graph to one look."""
+    seen, memo = visits
+    if depth == 0 or id(tensor) in seen or len(tensor.inputs) != 1:
         return
-    if len(tensor.inputs) != 1:
+    seen.add(id(tensor))
+    if context.reader.value(tensor) is not None:
         return
-    value = static_value(tensor, context)
+    value = static_value(tensor, context, memo=memo)
     if value is not None:
         folded[tensor.name] = value
         return
     for source in tensor.inputs[0].inputs:
         if source.name:
-            _fold_parts(source, context, folded, depth - 1)
+            _fold_parts(source, context, folded, visits, depth - 1)
 
 
 def _static(found: TensorType | None) -> bool:

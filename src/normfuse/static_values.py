@@ -18,8 +18,25 @@ MAX_DEPTH = 16
 _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
 
 
-def static_value(tensor: gs.Tensor, context: Context, depth: int = MAX_DEPTH) -> np.ndarray | None:
-    """The value of `tensor` when it is a constant or shape arithmetic over static shapes."""
+Memo = dict[int, tuple[int, "np.ndarray | None"]]
+
+
+def static_value(
+    tensor: gs.Tensor, context: Context, depth: int = MAX_DEPTH, memo: Memo | None = None
+) -> np.ndarray | None:
+    """The value of `tensor` when it is a constant or shape arithmetic over static shapes.
+    `memo` (by tensor id: the depth asked and the answer) spares a caller that asks about many
+    tensors of one graph the same sub-expressions again (`Shape(x)` feeds many of them)."""
+    memo = {} if memo is None else memo
+    known = memo.get(id(tensor))
+    if known is not None and (known[1] is not None or known[0] >= depth):
+        return known[1]
+    value = _static_value(tensor, context, depth, memo)
+    memo[id(tensor)] = (depth, value)
+    return value
+
+
+def _static_value(tensor: gs.Tensor, context: Context, depth: int, memo: Memo) -> np.ndarray | None:
     value = context.reader.value(tensor)
     if value is not None or depth == 0:
         return value
@@ -31,13 +48,15 @@ def static_value(tensor: gs.Tensor, context: Context, depth: int = MAX_DEPTH) ->
     if node.op == "Shape":
         return _shape(node, context)
     if node.op == "Gather" and node.attrs.get("axis", 0) == 0:
-        partial = _gather_shape(node, context, depth)
+        partial = _gather_shape(node, context, depth, memo)
         if partial is not None:
             return partial
     if node.op == "Size":
         shape = _static_shape(node.inputs[0], context)
         return None if shape is None else np.array(int(np.prod(shape)), np.int64)
-    inputs = [None if not t.name else static_value(t, context, depth - 1) for t in node.inputs]
+    inputs = [
+        None if not t.name else static_value(t, context, depth - 1, memo) for t in node.inputs
+    ]
     if any(value is None for value in inputs):
         return None
     return _fold(node, inputs)
@@ -66,13 +85,13 @@ def _shape(node: gs.Node, context: Context) -> np.ndarray | None:
     return np.array(dims, np.int64)
 
 
-def _gather_shape(node: gs.Node, context: Context, depth: int) -> np.ndarray | None:
+def _gather_shape(node: gs.Node, context: Context, depth: int, memo: Memo) -> np.ndarray | None:
     """`Gather(Shape(t), i)` where the gathered dims are static, whatever the others are."""
     source = node.inputs[0]
     if len(source.inputs) != 1 or source.inputs[0].op != "Shape":
         return None
     dims = _shape_dims(source.inputs[0], context)
-    indices = static_value(node.inputs[1], context, depth - 1)
+    indices = static_value(node.inputs[1], context, depth - 1, memo)
     if dims is None or indices is None or not np.issubdtype(indices.dtype, np.integer):
         return None
     if indices.ndim > 1 or np.any(indices < -len(dims)) or np.any(indices >= len(dims)):
