@@ -264,13 +264,7 @@ def _compare_one(expected, actual, label: str) -> str | None:
 
 def compare_outputs(expected: list, actual: list) -> str | None:
     """None when every output matches (NaN where NaN, float tolerance), else the first mismatch."""
-    if len(expected) != len(actual):
-        return f"{len(actual)} outputs != {len(expected)}"
-    for index, (x, y) in enumerate(zip(expected, actual, strict=True)):
-        problem = _compare_one(x, y, f"output {index}")
-        if problem:
-            return problem
-    return None
+    return _compare_one(list(expected), list(actual), "output")
 
 
 def adversarial(x: np.ndarray) -> dict[str, np.ndarray]:
