@@ -195,6 +195,22 @@ def _match_all(
         yield from _match_all(patterns[1:], tensors[1:], after_first, reader)
 
 
+def root_ops(pattern: Pattern) -> frozenset[str] | None:
+    """The op types a node must have for `pattern` to match its first output; None when the
+    pattern's root is not an `Op` (it may match any tensor)."""
+    if isinstance(pattern, Op):
+        return frozenset({pattern.op})
+    if isinstance(pattern, AnyOf):
+        found: set[str] = set()
+        for alternative in pattern.alternatives:
+            ops = root_ops(alternative)
+            if ops is None:
+                return None
+            found |= ops
+        return frozenset(found)
+    return None
+
+
 def producer(tensor: gs.Tensor) -> gs.Node | None:
     """The node that computes `tensor`, or None for graph inputs and initializers."""
     return tensor.inputs[0] if len(tensor.inputs) == 1 else None

@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse.constants import ConstantReader
-from normfuse.pattern import Match, Pattern, match_first
+from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.pattern import Match, Pattern, match_first, root_ops
 from normfuse.targets import Emission, Target
 
 if TYPE_CHECKING:
@@ -220,13 +220,13 @@ def find_sites(
     a candidate here (it belongs to no single scope's rewrite)."""
     candidates: dict[int, list[Match]] = {}
     in_scope = {id(node) for node in graph.nodes}
+    roots = _RootIndex(fusion_pass.patterns)
     for node in graph.nodes:
-        for tensor in node.outputs:
-            for pattern in fusion_pass.patterns:
-                found = match_first(pattern, tensor, context.reader)
-                if found is not None and all(id(n) in in_scope for n in found.nodes):
-                    key = id(fusion_pass.site_key(found))
-                    candidates.setdefault(key, []).append(found)
+        for tensor, pattern in roots.candidates(node):
+            found = match_first(pattern, tensor, context.reader)
+            if found is not None and all(id(n) in in_scope for n in found.nodes):
+                key = id(fusion_pass.site_key(found))
+                candidates.setdefault(key, []).append(found)
     graph_outputs = {tensor.name for tensor in graph.outputs}
     everything = [found for group in candidates.values() for found in group]
     sites, near_misses = [], []
@@ -237,6 +237,32 @@ def find_sites(
         elif outcome is not None:
             near_misses.append(outcome)
     return _without_overlaps(sites, graph), near_misses
+
+
+class _RootIndex:
+    """Which (tensor, pattern) pairs of a node can match at all: a pattern rooted at an `Op`
+    matches only the first output of a default-domain node of that type, so the matcher is
+    tried only there (the same pairs in the same order as trying every pattern everywhere)."""
+
+    def __init__(self, patterns: Sequence[Pattern]) -> None:
+        self._patterns = [(pattern, root_ops(pattern)) for pattern in patterns]
+        self._by_op: dict[tuple[str, bool], list[tuple[Pattern, bool]]] = {}
+
+    def candidates(self, node: gs.Node) -> Iterator[tuple[gs.Tensor, Pattern]]:
+        """The (tensor, pattern) pairs of `node`'s outputs worth matching, in pattern order."""
+        default = node.domain in DEFAULT_DOMAINS
+        table = self._by_op.get((node.op, default))
+        if table is None:
+            table = [
+                (pattern, ops is not None)
+                for pattern, ops in self._patterns
+                if ops is None or (default and node.op in ops)
+            ]
+            self._by_op[(node.op, default)] = table
+        for index, tensor in enumerate(node.outputs):
+            for pattern, op_rooted in table:
+                if index == 0 or not op_rooted:
+                    yield tensor, pattern
 
 
 def _decide(
