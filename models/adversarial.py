@@ -3659,6 +3659,16 @@ def _register_second_corpus() -> None:
 _register_second_corpus()
 
 
+def _register_third_corpus() -> None:
+    """The third adversary's cases (models/adversarial_3.py) join this corpus."""
+    from models import adversarial_3
+
+    adversarial_3.register(case, KEEP, EITHER, FUSE, nearest)
+
+
+_register_third_corpus()
+
+
 def describe() -> str:
     """One line per case: name, class, expected outcome, statement."""
     lines = []

@@ -17,7 +17,8 @@ from adversarial_harness import compare, float64_model, narrowest_float, session
 
 import normfuse
 from models.adversarial import CASES, Case
-from models.adversarial_2 import FINDINGS
+from models.adversarial_2 import FINDINGS as FINDINGS_2
+from models.adversarial_3 import FINDINGS as FINDINGS_3
 
 CONFIGS = {
     "default": {},
@@ -26,15 +27,18 @@ CONFIGS = {
     "validate": {"validation": "auto"},
 }
 BY_NAME = {c.name: c for c in CASES}
+FINDINGS = {**FINDINGS_2, **FINDINGS_3}
 
 
 def _marks(name: str, config: str) -> list:
-    """slow, and xfail(strict) where a finding of the second corpus (models/adversarial_2.py,
-    FINDINGS) is known to fail this case in this configuration."""
+    """slow, and xfail(strict) where a finding of the second or third corpus
+    (models/adversarial_2.py, models/adversarial_3.py: FINDINGS) is known to fail this case in
+    this configuration."""
     marks = [pytest.mark.slow] if BY_NAME[name].slow else []
     finding, configs = FINDINGS.get(name, ("", ()))
     if config in configs:
-        reason = f"{finding} (docs/adversary2-findings.md)"
+        doc = "adversary3" if finding.startswith("ADV3") else "adversary2"
+        reason = f"{finding} (docs/{doc}-findings.md)"
         marks.append(pytest.mark.xfail(strict=True, reason=reason))
     return marks
 
