@@ -27,7 +27,207 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, mod
 
 # case name -> (finding id, the configurations it fails in); tests/test_adversarial.py marks each
 # (case, configuration) pair xfail(strict=True). "near-miss" is test_lookalike_reports_a_near_miss.
-FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
+# Measured on the branch before main's fixes for issue 21 (docs/adversary3-findings.md).
+FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "a3_maxpool_l5_k2_s2_p11_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_rms_noaffine": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_ln_gamma1": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_ln_sum_div": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_qk_rms": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_qk_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_k2_s2_p11_d1_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l6_k2_s2_p01_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l6_k2_s2_p01_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l7_k2_s2_p11_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l7_k2_s2_p11_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_rms_noaffine": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_ln_gamma1": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_ln_sum_div": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_qk_rms": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_qk_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l8_k2_s3_p11_d2_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l9_k2_s2_p11_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l9_k2_s2_p11_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l9_k3_s3_p01_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l9_k3_s3_p01_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l5_k2_s2_p11_d1_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l5_k2_s2_p11_d1_rms_noaffine": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l5_k2_s2_p11_d1_ln_gamma1": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l5_k2_s2_p11_d1_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l5_k2_s2_p11_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l5_k2_s2_p11_d1_ln_sum_div": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l5_k2_s2_p11_d1_qk_rms": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l5_k2_s2_p11_d1_qk_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l5_k2_s2_p11_d1_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_averagepool_l8_k2_s2_p01_d1_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k2_s2_p01_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_averagepool_l9_k2_s3_p00_d1_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l9_k2_s3_p00_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_rms_noaffine": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_ln_gamma1": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_ln_sum_div": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_qk_rms": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_qk_rms_gamma1": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_lppool_l5_k2_s2_p11_d1_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_lppool_l7_k2_s2_p11_d1_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_lppool_l7_k2_s2_p11_d1_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_convt_l5_k2_s2_op1_same_upper_d1_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k2_s2_op1_same_upper_d1_rms_gamma1": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k2_s2_op1_same_upper_d1_rms_sum_div": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k2_s2_op1_same_upper_d1_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_convt_l5_k2_s2_op1_same_upper_d1_qk_rms": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k3_s2_op1_same_lower_d1_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k3_s2_op1_same_lower_d1_rms_gamma1": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k3_s2_op1_same_lower_d1_rms_sum_div": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l5_k3_s2_op1_same_lower_d1_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_convt_l5_k3_s2_op1_same_lower_d1_qk_rms": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l4_k3_s3_op1_same_upper_d2_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l4_k3_s3_op1_same_upper_d2_rms_gamma1": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l4_k3_s3_op1_same_upper_d2_rms_sum_div": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_convt_l4_k3_s3_op1_same_upper_d2_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_convt_l4_k3_s3_op1_same_upper_d2_qk_rms": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_fn_ln_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
+    "a3_fn_ln_gamma1_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
+    "a3_fn_rms_graph8_via16": ("ADV3-02", ("default", "skip", "validate")),
+    "a3_fn_rms_gamma1_graph8_via16": ("ADV3-02", ("default", "skip", "validate")),
+    "a3_fn_sum_div8_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
+    "a3_fn_shape_div_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
+    "a3_fn_ln_only_via1": ("ADV3-03", ("default", "onnx", "skip", "validate")),
+    "a3_fn_rms_only_via1": ("ADV3-03", ("default", "onnx", "skip", "validate")),
+    "a3_fn_ln_only_via2": ("ADV3-03", ("default", "onnx", "skip", "validate")),
+    "a3_fn_rms_only_via2": ("ADV3-03", ("default", "onnx", "skip", "validate")),
+    "a3_fn_ln_only_via3": ("ADV3-03", ("default", "onnx", "skip", "validate")),
+    "a3_fn_rms_only_via3": ("ADV3-03", ("default", "onnx", "skip", "validate")),
+    "a3_fn_nested_if_ln_w8_16": ("ADV3-02", ("default", "onnx", "skip")),
+    "a3_fn_nested_if_rms_w8_16": ("ADV3-02", ("default", "onnx", "skip")),
+    "a3_fold_rms_reduceprod_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_reducesum_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_reducemean_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_reducemax_noop0_keepdims0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_reduceprod_shape_tail_keepdims0": (
+        "ADV3-04",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_fold_rms_gather2d_axis_minus1_index_minus1": (
+        "ADV3-04",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_fold_rms_slice_neg_step_pick0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_ln_slice_neg_step_pick0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_slice_neg_step_one": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_slice_const_step_minus3_end_minus3": (
+        "ADV3-04",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_fold_rms_int_div_trunc_neg_33": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_ln_int_div_trunc_neg_33": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_int_div_shape_arith": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_where_shape_true": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_expand_ones_16": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_expand_ones_4x4": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_squeeze_attr_opset11": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_squeeze_input_opset13": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_unsqueeze_attr_opset11": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_unsqueeze_input_opset13": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_res_ln_op_as": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_ab_s": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_ab_s_sum_used": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_as_b": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_as_b_sum_used": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_b_as": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_s_ab": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_ba_s": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_sa_b": ("ADV3-05", ("skip",)),
+    "a3_res_ln_op_ab_s_b2": ("ADV3-05", ("skip",)),
+    "a3_res_ln_bias_1_1_1_h_after": ("ADV3-06", ("skip",)),
+    "a3_res_rms_bias_1_1_1_h_after": ("ADV3-06", ("skip",)),
+    "a3_res_ln_bias_1_1_1_h_before": ("ADV3-06", ("skip",)),
+    "a3_res_ln_op_float16_as": ("ADV3-07", ("skip",)),
+    "a3_res_ln_op_float16_as_b": ("ADV3-07", ("skip",)),
+    "a3_res_ln_op_float16_ab_s": ("ADV3-07", ("skip",)),
+    "a3_res_ln_float64_as": ("ADV3-08", ("skip",)),
+    "a3_res_rms_float64_as": ("ADV3-08", ("skip",)),
+    "a3_res_ln_float64_as_b": ("ADV3-08", ("skip",)),
+    "a3_res_rms_float64_as_b": ("ADV3-08", ("skip",)),
+    "a3_res_ln_prenorm_chain_bias_first": ("ADV3-05", ("skip",)),
+    "a3_res_ln_prenorm_chain_bias_last": ("ADV3-05", ("skip",)),
+    "a3_gn_diffusers_f16": ("ADV3-10", ("default", "onnx", "skip", "validate")),
+    "a3_gn_diffusers_f16_cast_first": ("ADV3-10", ("default", "onnx", "skip", "validate")),
+    "a3_gn_diffusers_f16_silu": ("ADV3-10", ("default", "onnx", "skip", "validate")),
+    "a3_gn_g4_c6": ("ADV3-11", ("default", "onnx", "skip", "validate")),
+    "a3_gn_g4_c6_back_const": ("ADV3-11", ("default", "onnx", "skip", "validate")),
+    "a3_gn_g3_c8": ("ADV3-11", ("default", "onnx", "skip", "validate")),
+    "a3_gn_back_n_c_minus1_w": ("ADV3-12", ("default", "onnx", "skip", "validate")),
+    "a3_gn_back_0_c_minus1_w": ("ADV3-12", ("default", "onnx", "skip", "validate")),
+    "a3_gn_back_n_c_h_minus1": ("ADV3-12", ("default", "onnx", "skip", "validate")),
+    "a3_gn_back_minus1_c_h_w": ("ADV3-12", ("default", "onnx", "skip", "validate")),
+    "a3_gn_three_share_var": ("ADV3-13", ("default", "onnx", "skip", "validate")),
+    "a3_gn_mean_minus_x_share_std": ("ADV3-09", ("default", "onnx", "skip", "validate")),
+    "a3_gn_mean_minus_x": ("ADV3-09", ("default", "onnx", "skip", "validate")),
+    "a3_gn_mean_minus_x_both": ("ADV3-09", ("default", "onnx", "skip", "validate")),
+    "a3_ln_three_share_var": ("ADV3-13", ("default", "onnx", "skip", "validate")),
+    "a3_ln_three_share_var_two_std": ("ADV3-13", ("default", "onnx", "skip", "validate")),
+    "a3_ln_mean_minus_x_share_std": ("ADV3-13", ("default", "onnx", "skip", "validate")),
+}
 
 C_SHAPES, C_FUNCTIONS, C_FOLDER, C_RESIDUAL, C_GROUP = (
     "a3-shapes",
@@ -1116,15 +1316,32 @@ def _offset_rows(shape, seed: int, dtype=np.float32, centre=1000.0, spread=1e-3)
     return (centre + spread * rng.standard_normal(shape)).astype(dtype)
 
 
+def _norm_op(g: G, x: str, kind: str, eps: float, gamma, beta, out: str | None = None) -> str:
+    """The norm as the op a model may already hold: LayerNormalization-17 (ln) or
+    RMSNormalization-23 (rms; `g` must be at opset 23), over the last axis, float32 statistics."""
+    out = out or g.fresh("normed")
+    inputs = [x, g.init(gamma, dtype=gamma.dtype)]
+    if kind == "ln":
+        inputs.append(g.init(beta, dtype=beta.dtype))
+        node = helper.make_node("LayerNormalization", inputs, [out], axis=-1, epsilon=eps)
+    else:
+        node = helper.make_node(
+            "RMSNormalization", inputs, [out], axis=-1, epsilon=eps, stash_type=1
+        )
+    g.nodes.append(node)
+    return out
+
+
 def _residual(order: str, kind: str = "ln", dtype=np.float32, **kw):
     """h = a, s and a constant bias b added in `order`; y = norm(h) (gamma, and beta for ln).
 
     order: "ab_s" (a + b) + s, "as_b" (a + s) + b, "b_as" b + (a + s), "s_ab" s + (a + b),
     "ba_s" (b + a) + s, "sa_b" (s + a) + b, "as" a + s (no bias), "ab_s_b2" ((a + b) + s) + b2.
-    kw: bias_shape, skip_shape, a_shape (dims may be names), sum_out (h also an output), eps."""
+    kw: bias_shape, skip_shape, a_shape (dims may be names), sum_out (h also an output), eps,
+    op (the norm is already one op: only residual fusion can change the model)."""
 
     def build():
-        g = G(dtype=dtype)
+        g = G(opset=23 if kw.get("op") and kind == "rms" else 17, dtype=dtype)
         elem = ELEM[dtype]
         a_shape = kw.get("a_shape", RSHAPE)
         s_shape = kw.get("skip_shape", a_shape)
@@ -1150,7 +1367,10 @@ def _residual(order: str, kind: str = "ln", dtype=np.float32, **kw):
         eps = kw.get("eps", 1e-5 if kind == "ln" else 1e-6)
         gamma = np.linspace(0.5, 1.5, H).astype(dtype)
         beta = np.linspace(-0.5, 0.5, H).astype(dtype) if kind == "ln" else None
-        norm(g, h, kind=kind, eps=eps, gamma=gamma, beta=beta)
+        if kw.get("op"):
+            _norm_op(g, h, kind, eps, gamma, beta, "y")
+        else:
+            norm(g, h, kind=kind, eps=eps, gamma=gamma, beta=beta)
         out_shape = kw.get("out_shape", a_shape)
         outputs = [("y", elem, out_shape)]
         if kw.get("sum_out"):
@@ -1187,21 +1407,22 @@ def _f16_rounding_feeds() -> tuple:
 
 
 def _prenorm_chain(kind: str, bias_first: bool):
-    """h1 = a + s; y1 = norm(h1); h2 = (h1 + b) + y1 or (h1 + y1) + b; y = norm(h2)."""
+    """h1 = a + s; y1 = norm(h1); h2 = (h1 + b) + y1 or (h1 + y1) + b; y = norm(h2), each norm
+    already one op (LayerNormalization / RMSNormalization-23)."""
 
     def build():
-        g = G()
+        g = G(opset=23 if kind == "rms" else 17)
         h1 = g.op("Add", ["a", "s"])
         gamma = np.linspace(0.5, 1.5, H).astype(np.float32)
         beta = BETA if kind == "ln" else None
         eps = 1e-5 if kind == "ln" else 1e-6
-        y1 = norm(g, h1, kind=kind, eps=eps, gamma=gamma, beta=beta, out=None)
+        y1 = _norm_op(g, h1, kind, eps, gamma, beta)
         b = g.init(np.linspace(-0.3, 0.7, H).astype(np.float32), "bias_b")
         if bias_first:
             h2 = g.op("Add", [g.op("Add", [h1, b]), y1])
         else:
             h2 = g.op("Add", [g.op("Add", [h1, y1]), b])
-        norm(g, h2, kind=kind, eps=eps, gamma=gamma[::-1].copy(), beta=beta)
+        _norm_op(g, h2, kind, eps, gamma[::-1].copy(), beta, "y")
         return model(g, [("a", F, RSHAPE), ("s", F, RSHAPE)], [("y", F, RSHAPE)])
 
     return build
@@ -1209,6 +1430,7 @@ def _prenorm_chain(kind: str, bias_first: bool):
 
 def _residual_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
     orders = {
+        "as": "a + s (no bias)",
         "ab_s": "(a + b) + s",
         "as_b": "(a + s) + b",
         "b_as": "b + (a + s)",
@@ -1217,23 +1439,35 @@ def _residual_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
         "sa_b": "(s + a) + b",
         "ab_s_b2": "((a + b) + s) + b2",
     }
+    norm_kind = {"ln": "layer-norm", "rms": "rms-norm"}
     for order, spelled in orders.items():
         for kind in ("ln", "rms"):
+            op = "LayerNormalization" if kind == "ln" else "RMSNormalization"
             case(
-                f"a3_res_{kind}_{order}",
+                f"a3_res_{kind}_op_{order}",
                 C_RESIDUAL,
-                f"residual {spelled} (b a constant bias [H]) feeding a {kind}; rows 1000 +- 1e-3",
-                _residual(order, kind),
-                FUSE("layer-norm" if kind == "ln" else "rms-norm"),
+                f"residual {spelled} (b a constant bias [H]) feeding an existing {op}; "
+                "rows 1000 +- 1e-3 (float association shows)",
+                _residual(order, kind, op=True),
+                EITHER,
                 fixed=_offset_feeds(),
             )
+            if order in ("ab_s", "as_b", "s_ab"):  # "as": the shaped cases below
+                case(
+                    f"a3_res_{kind}_{order}",
+                    C_RESIDUAL,
+                    f"residual {spelled} (b a constant bias [H]) feeding a decomposed {kind}",
+                    _residual(order, kind),
+                    FUSE(norm_kind[kind]),
+                )
             if order in ("ab_s", "as_b"):
                 case(
-                    f"a3_res_{kind}_{order}_sum_used",
+                    f"a3_res_{kind}_op_{order}_sum_used",
                     C_RESIDUAL,
-                    f"residual {spelled} feeding a {kind}, the sum also a graph output",
-                    _residual(order, kind, sum_out=True),
-                    FUSE("layer-norm" if kind == "ln" else "rms-norm"),
+                    f"residual {spelled} feeding an existing {op}, the sum also a graph output; "
+                    "rows 1000 +- 1e-3",
+                    _residual(order, kind, op=True, sum_out=True),
+                    EITHER,
                     fixed=_offset_feeds(),
                 )
     out4 = (1, *RSHAPE)
@@ -1273,14 +1507,21 @@ def _residual_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
     for order in ("as", "as_b", "ab_s"):
         for kind in ("ln", "rms"):
             case(
-                f"a3_res_{kind}_float16_{order}",
+                f"a3_res_{kind}_op_float16_{order}",
                 C_RESIDUAL,
-                f"float16 residual {orders.get(order, 'a + s')} feeding a float16 {kind}; "
-                "a = 100, s = 0.01 N(0,1) (the float16 sum is a constant row)",
-                _residual(order, kind, dtype=np.float16),
-                FUSE("layer-norm" if kind == "ln" else "rms-norm"),
+                f"float16 residual {orders.get(order, 'a + s')} feeding an existing float16 "
+                f"{kind} op; a = 100, s = 0.01 N(0,1) (the float16 sum is a constant row)",
+                _residual(order, kind, dtype=np.float16, op=True),
+                EITHER,
                 fixed=_f16_rounding_feeds(),
             )
+        case(
+            f"a3_res_ln_float16_{order}",
+            C_RESIDUAL,
+            f"float16 residual {orders.get(order, 'a + s')} feeding a decomposed float16 ln",
+            _residual(order, "ln", dtype=np.float16),
+            FUSE("layer-norm"),
+        )
     for order in ("as", "as_b"):
         for kind in ("ln", "rms"):
             case(
@@ -1322,11 +1563,11 @@ def _residual_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
             case(
                 f"a3_res_{kind}_prenorm_chain_{'bias_first' if bias_first else 'bias_last'}",
                 C_RESIDUAL,
-                f"pre-norm chain: y1 = {kind}(a + s); y = {kind}("
+                f"pre-norm chain of existing ops: y1 = {kind}(a + s); y = {kind}("
                 + ("((a + s) + b) + y1" if bias_first else "((a + s) + y1) + b")
                 + ")",
                 _prenorm_chain(kind, bias_first),
-                FUSE("layer-norm" if kind == "ln" else "rms-norm", 2),
+                EITHER,
                 fixed=_offset_feeds(),
             )
 
@@ -1365,17 +1606,20 @@ def _gn_model(variant: str):
         if variant in ("diffusers_f16", "diffusers_f16_affine_f32", "diffusers_f16_silu"):
             grouped = g.op("Cast", [grouped], to=F)
             g.dtype = np.float32
-        if variant in ("three_share_var", "mean_minus_x_share_std"):
+        shared = ("three_share_var", "mean_minus_x_share_std", "mean_minus_x", "mean_minus_x_both")
+        if variant in shared:
             mean = g.reduce("ReduceMean", grouped, (-1,))
-            cen = g.op("Sub", [grouped, mean])
+            cen = g.op("Sub", [mean, grouped] if variant.endswith("both") else [grouped, mean])
             var = g.reduce("ReduceMean", g.op("Mul", [cen, cen]), (-1,))
             std = g.op("Sqrt", [g.op("Add", [var, g.init(1e-5)])])
             outs = []
-            numerators = (
-                [cen, cen, cen]
-                if variant == "three_share_var"
-                else [cen, g.op("Sub", [mean, grouped])]
-            )
+            if variant == "three_share_var":
+                numerators = [cen, cen, cen]
+            elif variant == "mean_minus_x_both":
+                numerators = [cen]
+            else:
+                negated = g.op("Sub", [mean, grouped])
+                numerators = [cen, negated] if variant == "mean_minus_x_share_std" else [negated]
             for index, num in enumerate(numerators):
                 normed = g.op("Div", [num, std])
                 back = g.op("Reshape", [normed, g.op("Shape", ["x"])])
@@ -1464,6 +1708,8 @@ def _group_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
         "back_minus1_c_h_w": "Reshape back written [-1, C, H, W]",
         "three_share_var": "three group norms sharing one mean, variance and std",
         "mean_minus_x_share_std": "group norms (x - m) / std and (m - x) / std sharing the std",
+        "mean_minus_x": "group norm whose numerator is m - x (the variance from x - m)",
+        "mean_minus_x_both": "group norm computing m - x once, for the variance and numerator",
     }
     for variant, statement in gn.items():
         count = 1

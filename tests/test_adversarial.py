@@ -238,6 +238,13 @@ def test_case_is_a_valid_model(name: str) -> None:
     assert feed_sets
 
 
+@pytest.mark.parametrize("name", _params([c for c in CASES if c.name.startswith("a3_")]))
+def test_third_corpus_passes_the_full_check(name: str) -> None:
+    """Each case of the third corpus passes onnx.checker with full_check (strict shape
+    inference), as issue 21 requires."""
+    onnx.checker.check_model(_original(name)[0], full_check=True)
+
+
 @pytest.mark.parametrize("name", _params([c for c in CASES if c.evidence is not None]))
 def test_evidence_differs_from_nearest_fused_op(name: str) -> None:
     """A look-alike really computes something else: the nearest fused op, run in ONNX Runtime,
