@@ -145,6 +145,10 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
         "ADV3-01",
         ("default", "onnx", "skip", "validate"),
     ),
+    "a3_maxpool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_averagepool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_averagepool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_fn_ln_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
     "a3_fn_ln_gamma1_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
     "a3_fn_rms_graph8_via16": ("ADV3-02", ("default", "skip", "validate")),
@@ -342,6 +346,20 @@ def _after_disagreement(source: str, spec, variant: str, ceil: int = 1):
     return build
 
 
+def _pooled_group_norm(op: str, groups: int):
+    def build():
+        g = G(opset=18)
+        p = g.op(op, ["x"], kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+        grouped = g.op("Reshape", [p, g.init([0, groups, -1], dtype=np.int64)])
+        normed = norm(g, grouped, kind="ln", out=None)
+        back = g.op("Reshape", [normed, g.op("Shape", [p])])
+        scaled = g.op("Mul", [back, g.init(np.linspace(0.5, 1.5, 8).reshape(8, 1, 1))])
+        g.op("Add", [scaled, g.init(np.linspace(-1, 1, 8).reshape(8, 1, 1))], "y")
+        return model(g, [("x", F, (1, 8, 5, 5))], [("y", F, ("n", "c", "h", "w"))])
+
+    return build
+
+
 SHAPE_VARIANTS = {
     # variant -> (expectation key, statement)
     "ln_noaffine": ("either", "layer norm without affine (a ones-scale sized by that dim)"),
@@ -384,6 +402,16 @@ def _shape_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 f"{l_ort}), then {statement}",
                 _after_disagreement("convt", spec, variant),
                 KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
+            )
+    for op in ("MaxPool", "AveragePool"):
+        for groups in (4, 8):
+            case(
+                f"a3_{op.lower()}2d_ceil_gn_g{groups}",
+                C_SHAPES,
+                f"{op} 2-D k=2 s=2 pads 1 ceil_mode=1 on [1,8,5,5] (onnx infers 4x4, ORT gives "
+                f"3x3), then a group norm (G={groups}, per-channel affine) of the pooled tensor",
+                _pooled_group_norm(op, groups),
+                EITHER,
             )
     # controls: ceil_mode=0, where onnx and ORT agree; a sum / L is then an exact mean
     for spec in (POOLS[0], POOLS[6]):
