@@ -145,6 +145,70 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
         "ADV3-01",
         ("default", "onnx", "skip", "validate"),
     ),
+    "a3_maxpool_l8_k2_s2_same_upper_d2_ceil0_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s2_same_upper_d2_ceil0_rms_gamma1": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s2_same_upper_d2_ceil0_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s2_same_upper_d2_ceil0_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l7_k3_s1_same_upper_d2_ceil0_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l7_k3_s1_same_upper_d2_ceil0_rms_gamma1": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l7_k3_s1_same_upper_d2_ceil0_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l7_k3_s1_same_upper_d2_ceil0_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k3_s2_same_lower_d2_ceil0_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k3_s2_same_lower_d2_ceil0_rms_gamma1": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k3_s2_same_lower_d2_ceil0_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k3_s2_same_lower_d2_ceil0_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s1_same_lower_d2_ceil0_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s1_same_lower_d2_ceil0_rms_gamma1": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s1_same_lower_d2_ceil0_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_k2_s1_same_lower_d2_ceil0_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
     "a3_maxpool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_maxpool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_averagepool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
@@ -262,6 +326,13 @@ POOLS = [
     ("LpPool", 5, 2, 2, (1, 1), 1, 4, 3),
     ("LpPool", 7, 2, 2, (1, 1), 1, 5, 4),
 ]
+# MaxPool with auto_pad SAME_* and dilation 2 disagrees even with ceil_mode=0 (same sweep)
+POOLS_SAME = [
+    ("MaxPool", 8, 2, 2, "SAME_UPPER", 2, 4, 3),
+    ("MaxPool", 7, 3, 1, "SAME_UPPER", 2, 7, 5),
+    ("MaxPool", 8, 3, 2, "SAME_LOWER", 2, 4, 3),
+    ("MaxPool", 8, 2, 1, "SAME_LOWER", 2, 8, 7),
+]
 # (L, kernel, stride, output_padding, auto_pad, dilation, L_ONNX, L_ORT): ConvTranspose 3 -> 2 ch
 CONV_TRANSPOSES = [
     (5, 2, 2, 1, "SAME_UPPER", 1, 11, 10),
@@ -273,7 +344,11 @@ CH = 4  # channels of the pooled tensor
 
 def _pool(g: G, x: str, spec) -> str:
     op, _, k, s, pads, dil, _, _ = spec
-    attrs = {"kernel_shape": [k], "strides": [s], "pads": list(pads), "ceil_mode": 1}
+    attrs = {"kernel_shape": [k], "strides": [s], "ceil_mode": 1}
+    if isinstance(pads, str):
+        attrs["auto_pad"] = pads
+    else:
+        attrs["pads"] = list(pads)
     if dil != 1:
         attrs["dilations"] = [dil]
     return g.op(op, [x], **attrs)
@@ -401,6 +476,18 @@ def _shape_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 f"ConvTranspose {auto_pad} + output_padding (onnx infers {l_onnx}, ORT gives "
                 f"{l_ort}), then {statement}",
                 _after_disagreement("convt", spec, variant),
+                KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
+            )
+    for spec in POOLS_SAME:
+        op, length, k, s, auto_pad, dil, l_onnx, l_ort = spec
+        for variant in ("ln_noaffine", "rms_gamma1", "rms_sum_div", "gn"):
+            key, statement = SHAPE_VARIANTS[variant]
+            case(
+                f"a3_maxpool_l{length}_k{k}_s{s}_{auto_pad.lower()}_d{dil}_ceil0_{variant}",
+                C_SHAPES,
+                f"MaxPool {auto_pad} dilations 2 ceil_mode=0 (onnx infers {l_onnx}, ORT gives "
+                f"{l_ort}), then {statement}",
+                _after_disagreement("pool", spec, variant, ceil=0),
                 KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
             )
     for op in ("MaxPool", "AveragePool"):
@@ -1456,7 +1543,59 @@ def _prenorm_chain(kind: str, bias_first: bool):
     return build
 
 
+DYN = ("batch", "seq", H)
+
+
+def _residual_dynamic(variant: str):
+    """A dynamic export's residual: a [batch, seq, H] plus a skip whose shape is built at run
+    time (Expand to Shape(a) or to [batch, 1, H]) or declared with its own symbolic dims, then a
+    decomposed layer norm."""
+
+    def build():
+        g = G(opset=18)
+        inputs = [("a", F, DYN)]
+        if variant.startswith("expand"):
+            inputs.append(("t", F, (1, 1, H)))
+            shape = g.op("Shape", ["a"])
+            if variant == "expand_partial":
+                batch = g.op("Slice", [shape, _i(g, [0]), _i(g, [1])])
+                shape = g.op("Concat", [batch, _i(g, [1]), _i(g, [H])], axis=0)
+            skip = g.op("Expand", ["t", shape])
+        else:
+            inputs.append(
+                ("s", F, {"seq1": ("batch", 1, H), "hidden": ("batch", "seq", "h")}[variant])
+            )
+            skip = "s"
+        h = g.op("Add", ["a", skip])
+        norm(g, h, kind="ln", gamma=GAMMA, beta=BETA)
+        return model(g, inputs, [("y", F, DYN)])
+
+    return build
+
+
 def _residual_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
+    rng = np.random.default_rng(5)
+    dynamic = {
+        "expand_full": ("s = Expand(t [1,1,H], Shape(a)): the same shape as a", ({},)),
+        "expand_partial": ("s = Expand(t, [batch, 1, H]): broadcasts over seq", ({},)),
+        "seq1": ("s declared [batch, 1, H]: broadcasts over seq", ({},)),
+        "hidden": (
+            "s declared [batch, seq, h], fed with h = 1 and h = H",
+            (
+                {"s": rng.normal(0, 1, (2, 2, 1)).astype(np.float32)},
+                {"s": rng.normal(0, 1, (2, 2, H)).astype(np.float32)},
+            ),
+        ),
+    }
+    for name, (statement, fixed) in dynamic.items():
+        case(
+            f"a3_res_ln_dynamic_{name}",
+            C_RESIDUAL,
+            f"a [batch, seq, H] + {statement}, then a layer norm",
+            _residual_dynamic(name),
+            FUSE("layer-norm"),
+            fixed=fixed,
+        )
     orders = {
         "as": "a + s (no bias)",
         "ab_s": "(a + b) + s",
