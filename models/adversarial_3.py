@@ -209,6 +209,42 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
         "ADV3-01",
         ("default", "onnx", "skip", "validate"),
     ),
+    "a3_maxpool_l5_p11_ceil1_in_then_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l5_p11_ceil1_in_then_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_p11_ceil1_in_then_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l5_p11_ceil1_in_else_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l5_p11_ceil1_in_else_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_l5_p11_ceil1_in_else_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_l8_same_upper_ceil0_in_then_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_same_upper_ceil0_in_then_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_same_upper_ceil0_in_then_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_same_upper_ceil0_in_else_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_same_upper_ceil0_in_else_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_maxpool_l8_same_upper_ceil0_in_else_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
     "a3_maxpool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_maxpool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_averagepool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
@@ -309,6 +345,7 @@ INT_MAX = np.iinfo(np.int64).max
 INT_MIN = np.iinfo(np.int64).min
 GAMMA = np.linspace(0.5, 1.5, 16, dtype=np.float32)
 BETA = np.linspace(-0.5, 0.5, 16, dtype=np.float32)
+BOTH_BRANCHES = ({"c": np.array(True)}, {"c": np.array(False)})
 
 # ================================================================ class 1: shape disagreements
 
@@ -368,55 +405,77 @@ def _conv_t(g: G, x: str, spec) -> str:
     return g.op("ConvTranspose", [x, w], **attrs)
 
 
-def _after_disagreement(source: str, spec, variant: str, ceil: int = 1):
+def _norm_variant(g: G, p: str, variant: str, l_onnx: int, y: str) -> None:
+    """Append to `g` a norm of `p`'s last axis spelled by `variant`, its output named `y`."""
+    if variant == "ln_noaffine":
+        norm(g, p, kind="ln", out=y)
+    elif variant == "rms_noaffine":
+        norm(g, p, kind="rms", eps=1e-6, out=y)
+    elif variant == "ln_gamma1":
+        gamma, beta = np.array([1.5], np.float32), np.array([0.25], np.float32)
+        norm(g, p, kind="ln", gamma=gamma, beta=beta, out=y)
+    elif variant == "rms_gamma1":
+        norm(g, p, kind="rms", eps=1e-6, gamma=np.array([1.5], np.float32), out=y)
+    elif variant in ("rms_sum_div", "ln_sum_div"):
+        base = p
+        if variant == "ln_sum_div":
+            base = g.op("Sub", [p, g.reduce("ReduceMean", p, (-1,))])
+        total = g.reduce("ReduceSum", g.op("Mul", [base, base]), (-1,))
+        var = g.op("Div", [total, g.init(float(l_onnx))])
+        std = g.op("Sqrt", [g.op("Add", [var, g.init(1e-6)])])
+        g.op("Div", [base, std], y)
+    elif variant in ("qk_rms", "qk_rms_gamma1"):
+        heads = g.op("Reshape", [p, g.init([0, 2, -1], dtype=np.int64)])
+        gamma = np.array([1.25], np.float32) if variant == "qk_rms_gamma1" else None
+        norm(g, heads, kind="rms", eps=1e-6, gamma=gamma, out=y)
+    elif variant == "gn":
+        grouped = g.op("Reshape", [p, g.init([0, 2, -1], dtype=np.int64)])
+        normed = norm(g, grouped, kind="ln", out=None)
+        back = g.op("Reshape", [normed, g.op("Shape", [p])])
+        scaled = g.op("Mul", [back, g.init(np.linspace(0.5, 1.5, CH).reshape(CH, 1))])
+        g.op("Add", [scaled, g.init(np.linspace(-1, 1, CH).reshape(CH, 1))], y)
+    else:
+        raise ValueError(variant)
+
+
+def _after_disagreement(source: str, spec, variant: str, ceil: int = 1, branch: str = ""):
     """x [2, CH, L] -> pooling / ConvTranspose whose length onnx and ORT disagree on -> a norm of
-    the disagreeing axis, spelled by `variant`."""
+    the disagreeing axis, spelled by `variant`; with `branch` ("then"/"else") the norm sits in
+    that branch of an If on the graph input c, which returns its ReduceMax over the last axis
+    (the other branch: -ReduceMax(x)). ONNX Runtime allocates an If's outputs by the inferred
+    shape, so a branch cannot return the disagreeing axis itself."""
 
     def build():
         g = G(opset=18)
         length = spec[1] if source == "pool" else spec[0]
-        l_onnx = spec[-2]
         p = _pool(g, "x", spec) if source == "pool" else _conv_t(g, "x", spec)
         if not ceil:
             g.nodes[-1].attribute.pop(
                 next(i for i, a in enumerate(g.nodes[-1].attribute) if a.name == "ceil_mode")
             )
-        if variant == "ln_noaffine":
-            norm(g, p, kind="ln")
-        elif variant == "rms_noaffine":
-            norm(g, p, kind="rms", eps=1e-6)
-        elif variant == "ln_gamma1":
-            norm(
-                g,
-                p,
-                kind="ln",
-                gamma=np.array([1.5], np.float32),
-                beta=np.array([0.25], np.float32),
-            )
-        elif variant == "rms_gamma1":
-            norm(g, p, kind="rms", eps=1e-6, gamma=np.array([1.5], np.float32))
-        elif variant in ("rms_sum_div", "ln_sum_div"):
-            base = p
-            if variant == "ln_sum_div":
-                base = g.op("Sub", [p, g.reduce("ReduceMean", p, (-1,))])
-            total = g.reduce("ReduceSum", g.op("Mul", [base, base]), (-1,))
-            var = g.op("Div", [total, g.init(float(l_onnx))])
-            std = g.op("Sqrt", [g.op("Add", [var, g.init(1e-6)])])
-            g.op("Div", [base, std], "y")
-        elif variant in ("qk_rms", "qk_rms_gamma1"):
-            heads = g.op("Reshape", [p, g.init([0, 2, -1], dtype=np.int64)])
-            gamma = np.array([1.25], np.float32) if variant == "qk_rms_gamma1" else None
-            norm(g, heads, kind="rms", eps=1e-6, gamma=gamma)
-        elif variant == "gn":
-            grouped = g.op("Reshape", [p, g.init([0, 2, -1], dtype=np.int64)])
-            normed = norm(g, grouped, kind="ln", out=None)
-            back = g.op("Reshape", [normed, g.op("Shape", [p])])
-            scaled = g.op("Mul", [back, g.init(np.linspace(0.5, 1.5, CH).reshape(CH, 1))])
-            g.op("Add", [scaled, g.init(np.linspace(-1, 1, CH).reshape(CH, 1))], "y")
-        else:
-            raise ValueError(variant)
         out = ("n", "h", "l") if variant.startswith("qk") else ("n", "c", "l")
-        return model(g, [("x", F, (2, CH, length))], [("y", F, out)])
+        inputs = [("x", F, (2, CH, length))]
+        if not branch:
+            _norm_variant(g, p, variant, spec[-2], "y")
+        else:
+            site, other = G("b_", opset=18), G("o_", opset=18)
+            _norm_variant(site, p, variant, spec[-2], "b_n")
+            site.reduce("ReduceMax", "b_n", (-1,))
+            site.nodes[-1].output[0] = "b_y"
+            other.op("Neg", [other.reduce("ReduceMax", "x", (-1,))], "o_y")
+            out = (2, CH, 1) if variant != "qk" else (2, 2, 1)
+            bodies = {
+                "b": body(site, [], [("b_y", F, out)]),
+                "o": body(other, [], [("o_y", F, out)]),
+            }
+            then_g, else_g = (
+                (bodies["b"], bodies["o"]) if branch == "then" else (bodies["o"], bodies["b"])
+            )
+            g.nodes.append(
+                helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+            )
+            inputs.append(("c", BOOL, []))
+        return model(g, inputs, [("y", F, out)])
 
     return build
 
@@ -490,6 +549,21 @@ def _shape_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                 _after_disagreement("pool", spec, variant, ceil=0),
                 KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
             )
+    for spec, ceil in ((POOLS[0], 1), (POOLS_SAME[0], 0)):
+        op, length, k, s, pads, dil, l_onnx, l_ort = spec
+        for branch in ("then", "else"):
+            for variant in ("ln_noaffine", "rms_sum_div", "gn"):
+                key, statement = SHAPE_VARIANTS[variant]
+                pad = pads.lower() if isinstance(pads, str) else f"p{pads[0]}{pads[1]}"
+                case(
+                    f"a3_{op.lower()}_l{length}_{pad}_ceil{ceil}_in_{branch}_{variant}",
+                    C_SHAPES,
+                    f"{op} (onnx infers {l_onnx}, ORT gives {l_ort}), then in the {branch} branch "
+                    f"of If(c) {statement} (other branch: Neg); fed c true and false",
+                    _after_disagreement("pool", spec, variant, ceil=ceil, branch=branch),
+                    KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
+                    fixed=BOTH_BRANCHES,
+                )
     for op in ("MaxPool", "AveragePool"):
         for groups in (4, 8):
             case(
@@ -699,9 +773,6 @@ def _nested_if_function(kind: str, widths: tuple[int, int]):
         return model(g, inputs, outputs, functions=fns, opsets={"local": 1})
 
     return build
-
-
-BOTH_BRANCHES = ({"c": np.array(True)}, {"c": np.array(False)})
 
 
 def _function_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
