@@ -209,6 +209,38 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
         "ADV3-01",
         ("default", "onnx", "skip", "validate"),
     ),
+    "a3_averagepool_l8_k2_s2_same_upper_d2_ceil0_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k2_s2_same_upper_d2_ceil0_rms_gamma1": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k2_s2_same_upper_d2_ceil0_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k2_s2_same_upper_d2_ceil0_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k3_s1_same_lower_d2_ceil0_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k3_s1_same_lower_d2_ceil0_rms_gamma1": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k3_s1_same_lower_d2_ceil0_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_k3_s1_same_lower_d2_ceil0_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
     "a3_maxpool_l5_p11_ceil1_in_then_ln_noaffine": (
         "ADV3-01",
         ("default", "onnx", "skip", "validate"),
@@ -245,6 +277,39 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
         "ADV3-01",
         ("default", "onnx", "skip", "validate"),
     ),
+    "a3_averagepool_l8_same_upper_ceil0_in_then_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_same_upper_ceil0_in_then_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_same_upper_ceil0_in_then_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_same_upper_ceil0_in_else_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_same_upper_ceil0_in_else_rms_sum_div": (
+        "ADV3-01",
+        ("default", "skip", "validate"),
+    ),
+    "a3_averagepool_l8_same_upper_ceil0_in_else_gn": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_same_d2_loop_ln_noaffine": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_same_d2_loop_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_same_d2_loop_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_maxpool_same_d2_function_in_else_ln_noaffine": (
+        "ADV3-01",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_maxpool_same_d2_function_in_else_rms_sum_div": ("ADV3-01", ("default", "skip", "validate")),
+    "a3_maxpool_same_d2_function_in_else_gn": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_maxpool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_maxpool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_averagepool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
@@ -363,12 +428,14 @@ POOLS = [
     ("LpPool", 5, 2, 2, (1, 1), 1, 4, 3),
     ("LpPool", 7, 2, 2, (1, 1), 1, 5, 4),
 ]
-# MaxPool with auto_pad SAME_* and dilation 2 disagrees even with ceil_mode=0 (same sweep)
+# MaxPool and AveragePool-19 with auto_pad SAME_* and dilation 2 disagree even with ceil_mode=0
 POOLS_SAME = [
     ("MaxPool", 8, 2, 2, "SAME_UPPER", 2, 4, 3),
     ("MaxPool", 7, 3, 1, "SAME_UPPER", 2, 7, 5),
     ("MaxPool", 8, 3, 2, "SAME_LOWER", 2, 4, 3),
     ("MaxPool", 8, 2, 1, "SAME_LOWER", 2, 8, 7),
+    ("AveragePool", 8, 2, 2, "SAME_UPPER", 2, 4, 3),  # dilations: AveragePool-19
+    ("AveragePool", 8, 3, 1, "SAME_LOWER", 2, 8, 6),
 ]
 # (L, kernel, stride, output_padding, auto_pad, dilation, L_ONNX, L_ORT): ConvTranspose 3 -> 2 ch
 CONV_TRANSPOSES = [
@@ -438,7 +505,9 @@ def _norm_variant(g: G, p: str, variant: str, l_onnx: int, y: str) -> None:
         raise ValueError(variant)
 
 
-def _after_disagreement(source: str, spec, variant: str, ceil: int = 1, branch: str = ""):
+def _after_disagreement(
+    source: str, spec, variant: str, ceil: int = 1, branch: str = "", opset: int = 18
+):
     """x [2, CH, L] -> pooling / ConvTranspose whose length onnx and ORT disagree on -> a norm of
     the disagreeing axis, spelled by `variant`; with `branch` ("then"/"else") the norm sits in
     that branch of an If on the graph input c, which returns its ReduceMax over the last axis
@@ -446,7 +515,7 @@ def _after_disagreement(source: str, spec, variant: str, ceil: int = 1, branch: 
     shape, so a branch cannot return the disagreeing axis itself."""
 
     def build():
-        g = G(opset=18)
+        g = G(opset=opset)
         length = spec[1] if source == "pool" else spec[0]
         p = _pool(g, "x", spec) if source == "pool" else _conv_t(g, "x", spec)
         if not ceil:
@@ -458,7 +527,7 @@ def _after_disagreement(source: str, spec, variant: str, ceil: int = 1, branch: 
         if not branch:
             _norm_variant(g, p, variant, spec[-2], "y")
         else:
-            site, other = G("b_", opset=18), G("o_", opset=18)
+            site, other = G("b_", opset=opset), G("o_", opset=opset)
             _norm_variant(site, p, variant, spec[-2], "b_n")
             site.reduce("ReduceMax", "b_n", (-1,))
             site.nodes[-1].output[0] = "b_y"
@@ -476,6 +545,65 @@ def _after_disagreement(source: str, spec, variant: str, ceil: int = 1, branch: 
             )
             inputs.append(("c", BOOL, []))
         return model(g, inputs, [("y", F, out)])
+
+    return build
+
+
+def _pooled_site(g: G, x: str, variant: str, y: str) -> None:
+    """MaxPool SAME_UPPER dilations 2 (onnx 4, ORT 3 on length 8), a norm of the pooled axis by
+    `variant`, then its ReduceMax over that axis (a shape onnx and ORT agree on) as `y`."""
+    p = g.op("MaxPool", [x], kernel_shape=[2], strides=[2], auto_pad="SAME_UPPER", dilations=[2])
+    _norm_variant(g, p, variant, 4, g.prefix + "n")
+    g.reduce("ReduceMax", g.prefix + "n", (-1,))
+    g.nodes[-1].output[0] = y
+
+
+def _hidden_site(where: str, variant: str):
+    """The pooled site where generated inputs may not reach it: in the body of a Loop whose trip
+    count is the graph input M (fed 0 and 1), or in local.P called from the else branch of
+    If(c) (fed true and false)."""
+
+    def build():
+        g = G(opset=19)
+        inputs = [("x", F, (2, CH, 8))]
+        functions, opsets = [], None
+        if where == "loop":
+            lb = G("l_", opset=19)
+            lb.op("Identity", ["l_cond"], "l_cond_out")
+            _pooled_site(lb, "x", variant, "l_scan")
+            loop_body = body(
+                lb,
+                [("l_i", I64, []), ("l_cond", BOOL, [])],
+                [("l_cond_out", BOOL, []), ("l_scan", F, (2, CH, 1))],
+            )
+            g.nodes.append(helper.make_node("Loop", ["M", ""], ["y"], body=loop_body))
+            inputs.append(("M", I64, []))
+            out = ("m", 2, CH, 1)
+        else:
+            f = G("p_", opset=19)
+            _pooled_site(f, "px", variant, "py")
+            constants = [helper.make_node("Constant", [], [t.name], value=t) for t in f.inits]
+            functions = [
+                helper.make_function(
+                    "local", "P", ["px"], ["py"], constants + f.nodes, [helper.make_opsetid("", 19)]
+                )
+            ]
+            opsets = {"local": 1}
+            t, e = G("t_", opset=19), G("e_", opset=19)
+            t.op("Neg", [t.reduce("ReduceMax", "x", (-1,))], "t_y")
+            e.nodes.append(helper.make_node("P", ["x"], ["e_y"], domain="local"))
+            g.nodes.append(
+                helper.make_node(
+                    "If",
+                    ["c"],
+                    ["y"],
+                    then_branch=body(t, [], [("t_y", F, (2, CH, 1))]),
+                    else_branch=body(e, [], [("e_y", F, (2, CH, 1))]),
+                )
+            )
+            inputs.append(("c", BOOL, []))
+            out = (2, CH, 1)
+        return model(g, inputs, [("y", F, out)], functions=functions, opsets=opsets)
 
     return build
 
@@ -542,14 +670,14 @@ def _shape_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
         for variant in ("ln_noaffine", "rms_gamma1", "rms_sum_div", "gn"):
             key, statement = SHAPE_VARIANTS[variant]
             case(
-                f"a3_maxpool_l{length}_k{k}_s{s}_{auto_pad.lower()}_d{dil}_ceil0_{variant}",
+                f"a3_{op.lower()}_l{length}_k{k}_s{s}_{auto_pad.lower()}_d{dil}_ceil0_{variant}",
                 C_SHAPES,
-                f"MaxPool {auto_pad} dilations 2 ceil_mode=0 (onnx infers {l_onnx}, ORT gives "
+                f"{op} {auto_pad} dilations 2 ceil_mode=0 (onnx infers {l_onnx}, ORT gives "
                 f"{l_ort}), then {statement}",
-                _after_disagreement("pool", spec, variant, ceil=0),
+                _after_disagreement("pool", spec, variant, ceil=0, opset=19),
                 KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
             )
-    for spec, ceil in ((POOLS[0], 1), (POOLS_SAME[0], 0)):
+    for spec, ceil in ((POOLS[0], 1), (POOLS_SAME[0], 0), (POOLS_SAME[4], 0)):
         op, length, k, s, pads, dil, l_onnx, l_ort = spec
         for branch in ("then", "else"):
             for variant in ("ln_noaffine", "rms_sum_div", "gn"):
@@ -560,10 +688,27 @@ def _shape_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
                     C_SHAPES,
                     f"{op} (onnx infers {l_onnx}, ORT gives {l_ort}), then in the {branch} branch "
                     f"of If(c) {statement} (other branch: Neg); fed c true and false",
-                    _after_disagreement("pool", spec, variant, ceil=ceil, branch=branch),
+                    _after_disagreement("pool", spec, variant, ceil=ceil, branch=branch, opset=19),
                     KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
                     fixed=BOTH_BRANCHES,
                 )
+    trips = ({"M": np.array(0, np.int64)}, {"M": np.array(1, np.int64)})
+    for where, fixed in (("loop", trips), ("function_in_else", BOTH_BRANCHES)):
+        for variant in ("ln_noaffine", "rms_sum_div", "gn"):
+            key, statement = SHAPE_VARIANTS[variant]
+            case(
+                f"a3_maxpool_same_d2_{where}_{variant}",
+                C_SHAPES,
+                f"MaxPool SAME_UPPER dilations 2 (onnx 4, ORT 3), then {statement}, inside "
+                + (
+                    "a Loop body whose trip count is the input M (fed 0 and 1)"
+                    if where == "loop"
+                    else "local.P called from the else branch of If(c) (fed true and false)"
+                ),
+                _hidden_site(where, variant),
+                KEEP(*DIVISOR_REASONS) if key == "keep" else EITHER,
+                fixed=fixed,
+            )
     for op in ("MaxPool", "AveragePool"):
         for groups in (4, 8):
             case(
