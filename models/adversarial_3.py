@@ -357,6 +357,12 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a3_fold_rms_squeeze_input_opset13": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_unsqueeze_attr_opset11": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_unsqueeze_input_opset13": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_mod_int_33_17": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_mod_fmod_neg_33_17": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_mod_fmod0_int_neg_1_17": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_cast_trunc_neg_16_7": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_reducesum_empty_axes_noop0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
+    "a3_fold_rms_reducesumsquare_noop0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_res_ln_op_as": ("ADV3-05", ("skip",)),
     "a3_res_ln_op_ab_s": ("ADV3-05", ("skip",)),
     "a3_res_ln_op_ab_s_sum_used": ("ADV3-05", ("skip",)),
@@ -1133,6 +1139,38 @@ def _reduceprod_shape_divisor(start: int, keepdims: int) -> DivisorSpec:
     return make
 
 
+def _chain_divisor(value, dtype, ops) -> DivisorSpec:
+    """`value` (an initializer of `dtype`) through `ops` ((op_type, extra inputs, attributes)
+    each; an extra input is a value of the running dtype), then Cast to float."""
+
+    def make(g: G) -> str:
+        t = g.init(np.asarray(value, dtype), dtype=dtype)
+        for op, extra, attrs in ops:
+            t = g.op(op, [t, *(g.init(np.asarray(v, dtype), dtype=dtype) for v in extra)], **attrs)
+        return g.op("Cast", [t], to=F)
+
+    return make
+
+
+def _shape_attr_divisor(pick, **attrs) -> DivisorSpec:
+    """Cast(Gather(Shape(x, start/end), pick)) (Shape-15 attributes)."""
+
+    def make(g: G) -> str:
+        return g.op("Cast", [g.op("Gather", [g.op("Shape", ["x"], **attrs), _i(g, pick)])], to=F)
+
+    return make
+
+
+def _empty_axes_divisor(op: str, value, noop: int) -> DivisorSpec:
+    """op(value, axes=[] as an empty input, noop_with_empty_axes=noop)."""
+
+    def make(g: G) -> str:
+        empty = g.init(np.zeros(0, np.int64), dtype=np.int64)
+        return g.op(op, [g.init(np.asarray(value, np.float32)), empty], noop_with_empty_axes=noop)
+
+    return make
+
+
 def _folder_model(make: DivisorSpec, kind: str, opset: int, out_shape=SHAPE):
     def build():
         g = G(opset=opset)
@@ -1517,6 +1555,121 @@ def _folder_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
             _squeeze_divisor("Unsqueeze", [0], 13),
             exact,
             13,
+        ),
+    ]
+    int64, f32 = np.int64, np.float32
+    divisors += [
+        (
+            "mod_int_neg_33_17",
+            "Abs(Mod(int64 -33, 17)) = 1 (the divisor's sign; C's % says 16)",
+            _chain_divisor(-33, int64, [("Mod", [17], {}), ("Abs", [], {})]),
+            not_mean,
+            18,
+        ),
+        (
+            "mod_int_33_17",
+            "Mod(int64 33, 17) = 16",
+            _chain_divisor(33, int64, [("Mod", [17], {})]),
+            exact,
+            18,
+        ),
+        (
+            "mod_fmod_neg_33_17",
+            "Abs(Mod(-33.0, 17.0, fmod=1)) = 16",
+            _chain_divisor(-33.0, f32, [("Mod", [17.0], {"fmod": 1}), ("Abs", [], {})]),
+            exact,
+            18,
+        ),
+        (
+            "mod_fmod0_int_neg_1_17",
+            "Mod(int64 -1, 17) = 16 (the divisor's sign)",
+            _chain_divisor(-1, int64, [("Mod", [17], {})]),
+            exact,
+            18,
+        ),
+        (
+            "cast_trunc_neg_16_7",
+            "Neg(Cast(-16.7 -> int64)) = 16 (toward zero)",
+            _chain_divisor(-16.7, f32, [("Cast", [], {"to": I64}), ("Neg", [], {})]),
+            exact,
+            18,
+        ),
+        (
+            "cast_trunc_neg_15_3",
+            "Neg(Cast(-15.3 -> int64)) = 15 (floor would say 16)",
+            _chain_divisor(-15.3, f32, [("Cast", [], {"to": I64}), ("Neg", [], {})]),
+            not_mean,
+            18,
+        ),
+        (
+            "cast_trunc_16_9",
+            "Cast(16.9 -> int64) = 16 (rounding would say 17)",
+            _chain_divisor(16.9, f32, [("Cast", [], {"to": I64})]),
+            exact,
+            18,
+        ),
+        (
+            "cast_int64_272_uint8",
+            "Cast(int64 272 -> uint8) = 16 (wraps)",
+            _chain_divisor(272, int64, [("Cast", [], {"to": TensorProto.UINT8})]),
+            exact,
+            18,
+        ),
+        (
+            "shape_end_minus1_last",
+            "Cast(Gather(Shape(x, end=-1), [-1])) = 5 (not 16)",
+            _shape_attr_divisor([-1], end=-1),
+            not_mean,
+            18,
+        ),
+        (
+            "shape_start_minus1",
+            "Cast(Gather(Shape(x, start=-1), [0])) = 16",
+            _shape_attr_divisor([0], start=-1),
+            exact,
+            18,
+        ),
+        (
+            "shape_start1_end2",
+            "Cast(Gather(Shape(x, start=1, end=2), [0])) = 5",
+            _shape_attr_divisor([0], start=1, end=2),
+            not_mean,
+            18,
+        ),
+        (
+            "reducesum_empty_axes_noop1",
+            "ReduceSum(ones(16), axes=[], noop_with_empty_axes=1): ones",
+            _empty_axes_divisor("ReduceSum", ones16, 1),
+            not_mean,
+            18,
+        ),
+        (
+            "reducesum_empty_axes_noop0",
+            "ReduceSum(ones(16), axes=[]) = 16",
+            _empty_axes_divisor("ReduceSum", ones16, 0),
+            exact,
+            18,
+        ),
+        (
+            "reducesumsquare_noop1",
+            "ReduceSumSquare-18(ones(16), noop_with_empty_axes=1): ones",
+            _reduce_divisor("ReduceSumSquare", ones16, 1),
+            not_mean,
+            18,
+        ),
+        (
+            "reducesumsquare_noop0",
+            "ReduceSumSquare-18(ones(16)) = 16",
+            _reduce_divisor("ReduceSumSquare", ones16, 0),
+            exact,
+            18,
+        ),
+        (
+            "reducel1_noop1",
+            "ReduceL1-18(-ones(16), noop_with_empty_axes=1): -1s",
+            _reduce_divisor("ReduceL1", -ones16, 1),
+            not_mean,
+            18,
         ),
     ]
     for name, statement, make, outcome, opset in divisors:
