@@ -314,6 +314,13 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a3_maxpool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_averagepool2d_ceil_gn_g4": ("ADV3-01", ("default", "onnx", "skip", "validate")),
     "a3_averagepool2d_ceil_gn_g8": ("ADV3-01", ("default", "onnx", "skip", "validate")),
+    "a3_fn_loop_growing_ln_declared_2x8_call": ("ADV3-02", ("default", "onnx", "skip", "validate")),
+    "a3_fn_loop_growing_ln_declared_2x8_direct": (
+        "ADV3-02",
+        ("default", "onnx", "skip", "validate"),
+    ),
+    "a3_fn_loop_growing_rms_declared_2x8_call": ("ADV3-02", ("default", "skip", "validate")),
+    "a3_fn_loop_growing_rms_declared_2x8_direct": ("ADV3-02", ("default", "skip", "validate")),
     "a3_fn_ln_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
     "a3_fn_ln_gamma1_graph8_via16": ("ADV3-02", ("default", "onnx", "skip", "validate")),
     "a3_fn_rms_graph8_via16": ("ADV3-02", ("default", "skip", "validate")),
@@ -926,7 +933,55 @@ def _nested_if_function(kind: str, widths: tuple[int, int]):
     return build
 
 
+def _growing_loop(kind: str, declared, direct: bool):
+    """A Loop (M iterations) whose carried value doubles its width each iteration (Concat of the
+    normed value with itself), starting at [2, 8]; the body input declares `declared`. The norm
+    is local.N called in the body (or written in the body when `direct`)."""
+
+    def build():
+        lb = G("l_")
+        lb.op("Identity", ["l_cond"], "l_cond_out")
+        if direct:
+            eps = lb.init(1e-5 if kind == "ln" else 1e-6)
+            normed = norm(lb, "l_acc", kind=kind, sq="mul", eps=eps, out=None)
+        else:
+            normed = "l_n"
+            lb.nodes.append(helper.make_node("N", ["l_acc"], [normed], domain="local"))
+        lb.op("Concat", [normed, normed], "l_next", axis=-1)
+        loop_body = body(
+            lb,
+            [("l_i", I64, []), ("l_cond", BOOL, []), ("l_acc", F, declared)],
+            [("l_cond_out", BOOL, []), ("l_next", F, (2, None))],
+        )
+        g = G()
+        g.nodes.append(helper.make_node("Loop", ["M", "", "x"], ["y"], body=loop_body))
+        functions = [] if direct else [_fn_norm("N", kind)]
+        return model(
+            g,
+            [("x", F, (2, 8)), ("M", I64, [])],
+            [("y", F, (2, None))],
+            functions=functions,
+            opsets=None if direct else {"local": 1},
+        )
+
+    return build
+
+
 def _function_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
+    trips = ({"M": np.array(1, np.int64)}, {"M": np.array(3, np.int64)})
+    for kind in ("ln", "rms"):
+        for declared, tag in (((2, 8), "declared_2x8"), ((2, None), "declared_2xq")):
+            for direct in (False, True):
+                where = "written in the body" if direct else "in local.N called from the body"
+                case(
+                    f"a3_fn_loop_growing_{kind}_{tag}_{'direct' if direct else 'call'}",
+                    C_FUNCTIONS,
+                    f"{kind} {where} of a Loop whose carried value doubles its width each "
+                    f"iteration from [2,8]; the body input declares {list(declared)}; fed M = 1, 3",
+                    _growing_loop(kind, declared, direct),
+                    EITHER,
+                    fixed=trips,
+                )
     shapes = {
         "graph8_via16": "called from the graph with [2,8] and from local.H with [2,16]",
         "direct8_16": "called twice from the graph, with [2,8] and with [2,16]",
