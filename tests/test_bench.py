@@ -195,6 +195,59 @@ def test_table_keeps_names_distinct_and_times_in_units() -> None:
     assert "0.900 [0.890, 0.910] faster" in table
 
 
+@pytest.mark.parametrize(
+    ("interval", "word"),
+    [
+        ((0.90, 0.98), "faster"),
+        ((1.02, 1.30), "slower"),
+        ((0.995, 1.005), "same"),
+        ((0.99, 1.01), "same"),  # the band's edges belong to it
+        ((0.935, 0.991), "inconclusive (more runs)"),  # below 1, but crosses 0.99
+        ((1.005, 1.03), "inconclusive (more runs)"),  # above 1, but crosses 1.01
+        ((0.789, 1.232), "inconclusive (more runs)"),  # +-20% noise crosses both edges
+    ],
+)
+def test_verdict_words_match_the_interval_against_the_one_percent_band(interval, word) -> None:
+    assert bench.verdict(interval) == word
+
+
+def test_table_labels_every_ratio_but_the_reference() -> None:
+    timings = [scripted_timing("a.onnx", 1e-3, 20), scripted_timing("b.onnx", 1e-3, 20, 0.96)]
+    timings[0].reference = True
+    timings[1].ratio_interval = (0.935, 0.991)
+    rows = bench.BenchReport(timings, "1").table().splitlines()
+    assert rows[2].split()[-4:] == ["1.000", "[0.990,", "1.010]", "none"]  # no word
+    assert "0.960 [0.935, 0.991] inconclusive (more runs)" in rows[3]
+    assert "inconclusive: it crosses 0.99 or 1.01 (time more runs)" in rows[4]
+
+
+def test_plot_labels_rows_with_the_table_words(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    from normfuse.plot import plot_ratios
+
+    texts: list[str] = []
+    original_text = Axes.text
+
+    def record(self, x, y, s, *args, **kwargs):
+        texts.append(s)
+        return original_text(self, x, y, s, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "text", record)
+    ratios = {"b": (0.97, (0.95, 0.985)), "c": (1.0, (0.995, 1.005)), "d": (1.0, (0.95, 1.05))}
+    timings = [scripted_timing("a.onnx", 1e-3, 20)]
+    timings[0].reference = True
+    for name, (ratio, interval) in ratios.items():
+        timings.append(scripted_timing(f"{name}.onnx", 1e-3, 20, ratio))
+        timings[-1].ratio_interval = interval
+    plot_ratios(bench.BenchReport(timings, "1"), tmp_path / "p.png")
+    assert texts[0].startswith("reference (first model)")
+    assert texts[1].startswith("0.970 [0.950, 0.985] faster,")
+    assert texts[2].startswith("1.000 [0.995, 1.005] same,")
+    assert texts[3].startswith("1.000 [0.950, 1.050] inconclusive (more runs),")
+
+
 def test_same_model_twice_is_numbered_and_names_repeat_per_level() -> None:
     names, folder = bench.display_names(["a/m.onnx", "a/m.onnx"])
     assert names == ["m.onnx", "m.onnx (2)"] and folder == "a"

@@ -48,6 +48,8 @@ BOOTSTRAP_RESAMPLES = 2000
 MIN_RUNS_PER_SET = 10
 # Two identical models timed side by side differ by up to about 1%: read ratios within it as equal.
 EQUAL_WITHIN = 0.01
+# The words for a ratio's 95% interval against the band 1 ± EQUAL_WITHIN (see `verdict`).
+FASTER, SLOWER, SAME, INCONCLUSIVE = "faster", "slower", "same", "inconclusive (more runs)"
 # Fewest runs for a percentile to rest on at least ten samples beyond it (p90) or one (p99).
 PERCENTILE_MIN_RUNS = {"p90": 10, "p99": 100}
 
@@ -114,8 +116,8 @@ class Timing:
         }
 
     def verdict(self) -> str:
-        """`faster` / `slower` when the ratio's whole interval lies beyond 1% of 1, else ``."""
-        return verdict(self.ratio_interval)
+        """The interval's word (`verdict`); `` for the reference, which the others are timed to."""
+        return "" if self.reference else verdict(self.ratio_interval)
 
     def as_dict(self) -> dict:
         """The JSON form (latencies in milliseconds)."""
@@ -199,8 +201,7 @@ class BenchReport:
         sets = max((session_sets(t.blocks) for t in self.timings), default=1)
         lines.append(
             "ratio: median / first model's median; the interval resamples the "
-            f"{sets} session set(s) and their rounds; an interval containing 1 is noise, and "
-            f"ratios within {EQUAL_WITHIN:.0%} of 1 read as equal"
+            f"{sets} session set(s) and their rounds; {LABEL_LEGEND}"
         )
         hidden = [name for name in PERCENTILE_MIN_RUNS if name not in shown]
         if hidden:
@@ -217,15 +218,25 @@ def session_sets(blocks: np.ndarray | None) -> int:
     return 1 if blocks is None or blocks.size == 0 else int(np.unique(blocks).size)
 
 
+LABEL_LEGEND = (
+    f"faster / slower: the whole interval lies beyond 1 ± {EQUAL_WITHIN:.0%}; same: it lies "
+    f"inside; inconclusive: it crosses {1 - EQUAL_WITHIN:g} or {1 + EQUAL_WITHIN:g} (time more "
+    "runs)"
+)
+
+
 def verdict(interval: tuple[float, float]) -> str:
-    """`faster` when the whole interval lies below 1 - EQUAL_WITHIN, `slower` when above
-    1 + EQUAL_WITHIN, else `` (equal, or noise)."""
+    """What a ratio's 95% interval says against the band 1 ± EQUAL_WITHIN: `faster` when it lies
+    wholly below the band, `slower` wholly above, `same` wholly inside, and `inconclusive (more
+    runs)` when it crosses an edge of the band (the data cannot tell which side it is on)."""
     low, high = interval
     if high < 1.0 - EQUAL_WITHIN:
-        return "faster"
+        return FASTER
     if low > 1.0 + EQUAL_WITHIN:
-        return "slower"
-    return ""
+        return SLOWER
+    if low >= 1.0 - EQUAL_WITHIN and high <= 1.0 + EQUAL_WITHIN:
+        return SAME
+    return INCONCLUSIVE
 
 
 def format_seconds(seconds: float) -> str:
