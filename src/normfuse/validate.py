@@ -121,14 +121,24 @@ class ValidationReport:
         }
 
     def table(self) -> str:
-        """One line per provider, level and output; then failing sites."""
-        lines = [f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>11}{'max rel':>11}  result"]
+        """One line per provider, level and output with the tolerance it was held to and each
+        model's distance from the float64 reference; then failing sites and notes."""
+        lines = [
+            f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>10}{'max rel':>10}"
+            f"  {'atol/rtol':<12}{'orig-f64':>9}{'cand-f64':>9}  result"
+        ]
+        further = []
         for run in self.runs:
             for out in run.outputs:
                 verdict = "ok" if out.passed else f"FAIL {out.detail}"
+                if _further_from_float64(out):
+                    verdict += ", further from float64"
+                    further.append(out)
                 lines.append(
                     f"{run.provider:<9}{run.level:<9}{out.output[:31]:<32}"
-                    f"{out.max_abs:>11.3g}{out.max_rel:>11.3g}  {verdict}"
+                    f"{out.max_abs:>10.3g}{out.max_rel:>10.3g}  {_tolerance_text(out):<12}"
+                    f"{_error_text(out.reference_error_original):>9}"
+                    f"{_error_text(out.reference_error_candidate):>9}  {verdict}"
                 )
         for site in self.sites:
             if not site.passed:
@@ -140,8 +150,48 @@ class ValidationReport:
         checked = sum(1 for site in self.sites if site.comparison is not None)
         if self.sites:
             lines.append(f"sites checked alone: {checked} of {len(self.sites)} (site x provider)")
+        lines.append(
+            "an element passes when |cand - orig| <= atol + rtol * |orig| (max rel is large where "
+            "orig is near 0)\norig-f64, cand-f64: each model's max abs error against the original "
+            "run in float64 (-: no float64 run)"
+        )
+        if further:
+            worst = max(further, key=lambda out: out.reference_error_candidate or 0.0)
+            lines.append(
+                f"note: the candidate is further from float64 than the original on {len(further)} "
+                f"output run(s); worst {worst.output!r}: "
+                f"{worst.reference_error_candidate:.3g} vs {worst.reference_error_original:.3g}"
+            )
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+def _tolerance_text(out: OutputComparison) -> str:
+    """`1e-4/1e-4` (atol/rtol) for a float output, `exact` for one compared exactly."""
+    if out.atol == 0 and out.rtol == 0:
+        return "exact"
+    return f"{_short(out.atol)}/{_short(out.rtol)}"
+
+
+def _short(value: float) -> str:
+    """A tolerance in few characters: `0.01`, `1e-4`, `1.5e-4`."""
+    if value == 0 or value >= 1e-3:
+        return f"{value:.3g}"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _error_text(error: float | None) -> str:
+    return "-" if error is None else f"{error:.3g}"
+
+
+def _further_from_float64(out: OutputComparison) -> bool:
+    """True when the candidate's max abs error against the float64 reference exceeds the
+    original's (both known and finite)."""
+    before, after = out.reference_error_original, out.reference_error_candidate
+    if before is None or after is None or not np.isfinite(before) or not np.isfinite(after):
+        return False
+    return after > before
 
 
 def compare_models(
