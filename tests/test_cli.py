@@ -417,3 +417,46 @@ def test_batch_refuses_colliding_names_and_a_missing_folder(tmp_path: Path, caps
         == 2
     )
     assert "btach" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "dims"),
+    [("optimize", "sequence=0"), ("validate", "sequence=600"), ("bench", "sequence=600")],
+)
+def test_a_model_that_does_not_run_names_the_dims_given(
+    tmp_path: Path, capsys, command: str, dims: str
+) -> None:
+    """The hint names the --dims that were given instead of asking for them, and ONNX Runtime's
+    message arrives whole: no status prefix, no C++ source location, no word cut in two."""
+    args = {
+        "optimize": ["optimize", str(BERT), "-o", str(tmp_path / "o.onnx"), "--validate"],
+        "validate": ["validate", str(BERT), str(BERT)],
+        "bench": ["bench", str(BERT), "--runs", "2", "--warmup", "1"],
+    }[command]
+    assert main([*args, "--dims", dims]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1
+    error = captured.err.strip()
+    assert f"check --dims {dims}, or give --inputs FILE.npz" in error
+    assert "give --dims or --inputs" not in error
+    assert "[ONNXRuntimeError]" not in error and "onnxruntime_src" not in error
+    ort_says = {"sequence=0": "requested shape:{1,0,-1,16}", "sequence=600": "invalid expand shape"}
+    assert ort_says[dims] in error
+
+
+def test_long_library_messages_are_cut_between_words() -> None:
+    from normfuse.errors import first_line, runtime_message
+
+    words = " ".join(f"word{i}" for i in range(100))
+    cut = first_line(ValueError(words), width=60)
+    assert len(cut) <= 60 and cut.endswith(" ...")
+    assert all(part.startswith("word") and part[4:].isdigit() for part in cut[:-4].split())
+    ort_text = (
+        "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Reshape "
+        "node. Status Message: /onnxruntime_src/core/reshape_helper.h:84 onnxruntime::Reshape"
+        "Helper::ReshapeHelper(const onnxruntime::TensorShape&, bool) size != 0 was false.\n"
+    )
+    assert runtime_message(RuntimeError(ort_text)) == (
+        "Non-zero status code returned while running Reshape node. Status Message: "
+        "size != 0 was false."
+    )

@@ -26,8 +26,8 @@ import normfuse
 from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
-from normfuse.errors import NormfuseError, debugging
-from normfuse.inputs import graph_inputs, parse_dims
+from normfuse.errors import NormfuseError, debugging, runtime_message
+from normfuse.inputs import graph_inputs, input_hint, parse_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
@@ -289,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         except outputs.Terminated:
             return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
         except _ORT_ERRORS as error:  # the model cannot run on these inputs (dims, dtypes)
-            text = " ".join(str(error).split())[:300]
-            return _fail(f"ONNX Runtime failed ({text}); check --dims and --inputs", EXIT_USAGE)
+            hint = _input_hint(args)
+            return _fail(f"ONNX Runtime failed ({runtime_message(error)}); {hint}", EXIT_USAGE)
         except OSError as error:  # standard output closed or full, a broken pipe
             where = error.filename or "cannot write output"
             return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)
@@ -325,6 +325,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "tune":
         return _tune(args)
     return _inspect(args)
+
+
+def _input_hint(args: argparse.Namespace) -> str:
+    """`inputs.input_hint` for the --dims and --inputs this command was given."""
+    try:
+        dims = parse_dims(getattr(args, "dims", None))
+    except NormfuseError:
+        dims = {}
+    npz = getattr(args, "inputs", None)
+    return input_hint(dims, None if npz is None else str(npz))
 
 
 def _fail(message: str, code: int) -> int:

@@ -51,6 +51,18 @@ def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
     return dims
 
 
+def input_hint(dims: dict[str, int], npz: str | None) -> str:
+    """What to check when a model does not run on its inputs, naming what was given."""
+    given = ",".join(f"{name}={size}" for name, size in dims.items())
+    if given and npz:
+        return f"check --dims {given} and --inputs {npz}"
+    if npz:
+        return f"check --inputs {npz}"
+    if given:
+        return f"check --dims {given}, or give --inputs FILE.npz"
+    return "give --dims or --inputs"
+
+
 def make_inputs(
     model: onnx.ModelProto,
     dims: dict[str, int] | None = None,

@@ -8,8 +8,6 @@ where the model can be converted (weights in memory, float16/float32 only).
 
 from __future__ import annotations
 
-import re
-import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,8 +16,8 @@ import onnx
 
 from normfuse import sessions
 from normfuse.compare import OutputComparison, compare_output
-from normfuse.errors import NormfuseError, first_line
-from normfuse.inputs import make_inputs
+from normfuse.errors import NormfuseError, first_line, runtime_message
+from normfuse.inputs import input_hint, make_inputs
 from normfuse.model_io import external_tensors
 from normfuse.rewrite import Site
 from normfuse.shapes import TensorType, tensor_types
@@ -207,12 +205,13 @@ def compare_models(
     reference, reference_note = _float64_reference(original, feeds)
     notes.append(reference_note)
     names = [info.name for info in original.graph.output]
+    hint = input_hint(options.dims, options.npz)
     compute_dtype = narrowest_float_type(original)
     runs = []
     for provider in options.providers:
         for level in WHOLE_MODEL_LEVELS:
             try:
-                expected = _run(original, provider, level, original_dir, feeds, "the original")
+                expected = _run(original, provider, level, original_dir, feeds, hint)
             except NormfuseError as error:
                 if level == "disable":
                     raise
@@ -239,17 +238,17 @@ def compare_models(
     return ValidationReport(runs, notes=notes)
 
 
-def _run(model, provider: str, level: str, base_dir, feeds: dict, what: str) -> list:
-    """`model`'s outputs; `NormfuseError` when it cannot run on these inputs (a model the user
-    must give other inputs or dims for, not a failed check)."""
+def _run(model, provider: str, level: str, base_dir, feeds: dict, hint: str) -> list:
+    """The original's outputs; `NormfuseError` when it cannot run on these inputs (a model the
+    user must give other inputs or dims for, not a failed check): ORT's message, then `hint`."""
     try:
         return sessions.create(model, provider, level, base_dir).run(None, feeds)
     except NormfuseError:
         raise
     except Exception as error:
         raise NormfuseError(
-            f"{what} does not run on the validation inputs ({provider}, level {level}): "
-            f"{type(error).__name__}: {first_line(error)} (give --dims or --inputs)"
+            f"the original does not run on the validation inputs ({provider}, level {level}): "
+            f"{runtime_message(error)} ({hint})"
         ) from None
 
 
@@ -302,14 +301,8 @@ def _float64_reference(
     try:
         return sessions.create(wide, "cpu").run(None, wide_feeds), "float64 reference: CPU"
     except Exception as error:
-        reason = _reason(error)
+        reason = runtime_message(error, 200)
         return None, f"no float64 reference (ONNX Runtime cannot run it in float64): {reason}"
-
-
-def _reason(error: Exception, width: int = 200) -> str:
-    """ONNX Runtime's message without its status prefix, shortened at a word boundary."""
-    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", first_line(error, 10_000))
-    return textwrap.shorten(text, width, placeholder=" ...")
 
 
 def check_sites(
