@@ -460,3 +460,37 @@ def test_long_library_messages_are_cut_between_words() -> None:
         "Non-zero status code returned while running Reshape node. Status Message: "
         "size != 0 was false."
     )
+
+
+STATIC = BERT.parent / "llama_opset18_dynamo_float32.onnx"  # every input shape static
+
+
+def test_dims_for_a_model_without_symbolic_dims_is_a_note(tmp_path: Path, capsys) -> None:
+    """Scripts pass one --dims to many models: a model with none notes it and runs (issue 24)."""
+    assert not onnx.load(STATIC).graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    out = tmp_path / "fused.onnx"
+    args = ["optimize", str(STATIC), "-o", str(out), "--validate", "--dims", "batch=1"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "note: --dims batch=1 ignored: the model's input shapes are all static" in printed
+    assert "validation passed" in printed
+    assert main(["validate", str(STATIC), str(out), "--dims", "batch=1"]) == 0
+    assert "--dims batch=1 ignored" in capsys.readouterr().out
+
+
+def test_dims_typo_stays_an_error_where_the_model_has_symbolic_dims(tmp_path: Path, capsys) -> None:
+    args = ["optimize", str(BERT), "-o", str(tmp_path / "o.onnx"), "--validate"]
+    assert main([*args, "--dims", "sequence=8,btach=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--dims btach: no input has such a dimension" in err and "batch, sequence" in err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_batch_of_static_models_accepts_dims(tmp_path: Path, capsys) -> None:
+    vit = BERT.parent / "vit_opset18_dynamo_float32.onnx"
+    args = ["optimize", str(STATIC), str(vit), "-o", str(tmp_path), "--validate"]
+    assert main([*args, "--dims", "batch=1"]) == 0
+    assert (tmp_path / STATIC.name).exists() and (tmp_path / vit.name).exists()
+    assert main([*args, "--dims", "btach=1"]) == 0  # no model has symbolic dims: no typo guard
+    assert main(["optimize", str(STATIC), str(BERT), "-o", str(tmp_path), "--dims", "btach=1"]) == 2
+    assert "no input of any model has such a dimension" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
 from normfuse.errors import NormfuseError, debugging, runtime_message
-from normfuse.inputs import graph_inputs, input_hint, parse_dims
+from normfuse.inputs import input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
@@ -482,12 +482,13 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
 
 
 def check_dims_across(models: list[Path], dims: dict[str, int]) -> None:
-    """Refuse `--dims` names that no model of a batch has (each model gets the ones it has)."""
+    """Refuse `--dims` names that no model of a batch has, where some model has symbolic dims
+    (each model gets the ones it has; one with none gets all, and a note)."""
     known: set[str] = set()
     for model in models:
         known |= _symbolic_dims(model)
     unknown = sorted(set(dims) - known)
-    if unknown:
+    if unknown and known:
         raise NormfuseError(
             f"--dims {', '.join(unknown)}: no input of any model has such a dimension; "
             f"their symbolic dims are: {', '.join(sorted(known)) or '(none)'}"
@@ -499,18 +500,14 @@ def _symbolic_dims(path: Path) -> set[str]:
         model = normfuse.model_io.load(path).model
     except NormfuseError:
         return set()  # reported when the model itself is processed
-    return {
-        dim.dim_param
-        for info in graph_inputs(model)
-        for dim in info.type.tensor_type.shape.dim
-        if dim.dim_param and not dim.HasField("dim_value")
-    }
+    return symbolic_dims(model)
 
 
 def _own_dims(dims: dict[str, int], model: Path) -> list[str]:
-    """The `--dims` items a model of a batch has."""
+    """The `--dims` items a model of a batch has; all of them for a model without symbolic dims
+    (which notes that it ignores them)."""
     own = _symbolic_dims(model)
-    return [f"{name}={size}" for name, size in dims.items() if name in own]
+    return [f"{name}={size}" for name, size in dims.items() if name in own or not own]
 
 
 class _Discard:
