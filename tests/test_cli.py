@@ -494,3 +494,38 @@ def test_batch_of_static_models_accepts_dims(tmp_path: Path, capsys) -> None:
     assert main([*args, "--dims", "btach=1"]) == 0  # no model has symbolic dims: no typo guard
     assert main(["optimize", str(STATIC), str(BERT), "-o", str(tmp_path), "--dims", "btach=1"]) == 2
     assert "no input of any model has such a dimension" in capsys.readouterr().err
+
+
+def test_batch_summary_shows_near_misses_and_validation_per_model(tmp_path: Path, capsys) -> None:
+    """Each row says how many near-misses the model has and whether it validated; a bad file's
+    error names it once; --quiet (no --bench) drops the per-model progress lines."""
+    spec, _ = LAYER_NORM_NEGATIVES["unbiased_variance"]
+    negative = write(norm_model(spec), tmp_path / "negative.onnx")
+    broken = tmp_path / "zbad.onnx"
+    broken.write_bytes(b"not onnx")
+    out = tmp_path / "out"
+    out.mkdir()
+    models = [str(BERT), str(negative), str(broken)]
+    args = ["optimize", *models, "-o", str(out), "--validate", "--dims", "sequence=8", "--quiet"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ""  # no "MODEL ..." progress lines
+    header, *rows = captured.out.splitlines()
+    assert header.split()[:5] == ["model", "status", "sites", "near-misses", "validation"]
+    cells = {row.split()[0]: row.split() for row in rows[:3]}
+    assert cells[str(BERT)][1:6] == ["ok", "layer-norm", "5", "0", "passed"]
+    assert cells[str(negative)][1:5] == ["ok", "none", "1", "passed"]
+    assert cells[str(broken)][1:5] == ["error", "-", "-", "-"]
+    error_lines = [row for row in rows if "not an ONNX model" in row]
+    assert len(error_lines) == 1 and error_lines[0].count(str(broken)) == 1
+    assert main(["optimize", str(BERT), str(negative), "-o", str(out)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    at = header.index("validation")
+    assert [row[at:].split()[0] for row in rows[:2]] == ["-", "-"]  # validation not run
+
+
+def test_a_note_shared_by_validation_and_bench_is_printed_once(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "o.onnx"
+    args = ["optimize", str(BERT), "-o", str(out), "--validate", "--bench", "--dims", "sequence=8"]
+    assert main([*args, "--runs", "10", "--warmup", "1", "--threads", "1"]) == 0
+    assert capsys.readouterr().out.count("note: batch defaulted to 1") == 1

@@ -263,7 +263,11 @@ def _add_bench_options(
         sub.add_argument(
             "--plot", type=Path, metavar="FILE.png", help="ratio-to-first chart (needs matplotlib)"
         )
-    sub.add_argument("--quiet", action="store_true", help="no progress display")
+    sub.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress display (timing progress; optimize: also a batch's per-model lines)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,7 +456,7 @@ def _optimize(args: argparse.Namespace) -> int:
             if isinstance(item, NormfuseError):
                 outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(item)))
                 continue
-            if stream is sys.stdout:  # progress, kept off stdout's table
+            if stream is sys.stdout and not args.quiet:  # progress, kept off stdout's table
                 print(f"{model} ...", file=sys.stderr)
             own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
             try:
@@ -470,7 +474,7 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
     if args.output is not None and str(args.output) == STDOUT:
         raise NormfuseError("-o -: a model is not written to stdout; give a file or a folder")
     given = [name for name in TIMING_OPTIONS if getattr(args, name, None) not in (None, False)]
-    allowed = set(TIMING_OPTIONS) if args.bench else set()
+    allowed = set(TIMING_OPTIONS) if args.bench else {"quiet"}
     if args.tune_for:
         allowed |= {"warmup", "runs", "threads", "quiet"}
     refused = [name for name in given if name not in allowed]
@@ -602,6 +606,8 @@ def _optimize_one(
         ]
         timings = run_bench(models, _bench_options(args))
         extra["bench"] = timings.as_dict()
+        said = {*report.notes, *(report.validation.notes if report.validation else [])}
+        timings.notes = [note for note in timings.notes if note not in said]  # each note once
         later.append(timings.table())
         if plot_path is not None:
             plot_ratios(timings, plan.temp_path(plot_path))

@@ -31,10 +31,11 @@ def shorten(text: str, width: int) -> str:
 
 
 def runtime_message(error: BaseException, width: int = 300) -> str:
-    """ONNX Runtime's message on one line, without its status prefix (`[ONNXRuntimeError] : 1 :
-    FAIL :`) and the C++ source location it quotes, shortened at a word boundary."""
+    """ONNX Runtime's message on one line, without what precedes its status prefix
+    (`[ONNXRuntimeError] : 1 : FAIL :`), the prefix itself, and the C++ source location it
+    quotes, shortened at a word boundary."""
     text = " ".join(str(error).split())
-    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", text)
+    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", text)
     text = re.sub(r"/\S+\.(?:h|cc|cpp|cu):\d+ [\w:~]+\([^)]*\) ", "", text)
     return shorten(text, width) if text else type(error).__name__
 
