@@ -399,3 +399,47 @@ def test_bootstrap_picks_draw_whole_sets_then_rounds_within_them() -> None:
     assert drawn_sets == {0, 1, 2}
     one_set = bench.bootstrap_picks(np.zeros(5, int))
     assert one_set.shape == (bench.BOOTSTRAP_RESAMPLES, 5) and one_set.min() >= 0
+
+
+def test_time_budget_stops_after_the_set_that_would_overrun() -> None:
+    """Each set of the fake machine takes 22 clock units (2 models x 11 rounds of ~1.0): with a
+    budget of 50 a third set would end near 66, so two run; the first set always runs."""
+    plan = bench.schedule(count=2, runs=60, warmup=1, sets=6)
+    machine = CreationOrderMachine(2, bias=0.0)
+    full = bench.time_sets(plan, machine.make_runner, machine.clock)
+    assert full.samples.shape == (2, 60)
+    machine = CreationOrderMachine(2, bias=0.0)
+    cut = bench.time_sets(plan, machine.make_runner, machine.clock, budget=50.0)
+    assert cut.samples.shape == (2, 20) and list(cut.blocks) == [0] * 10 + [1] * 10
+    assert cut.created.shape == (2, 2) and len(machine.ran) == 2 * 22
+    machine = CreationOrderMachine(2, bias=0.0)
+    first_only = bench.time_sets(plan, machine.make_runner, machine.clock, budget=1e-9)
+    assert first_only.samples.shape == (2, 10)
+
+
+def test_progress_line_estimates_the_whole_run_and_shows_the_budget() -> None:
+    assert bench.progress_text("cpu/disable", 50, 200, 1.0, later=1) == (
+        "cpu/disable: run 50/200, 1.000 s elapsed, about 3.000 s left here, "
+        "about 7.000 s in all (1 more level/provider)"
+    )
+    assert bench.progress_text("cpu/all", 50, 200, 1.0, budget=2.0) == (
+        "cpu/all: run 50/200, 1.000 s elapsed, about 1.000 s left; budget 2.000 s each"
+    )
+
+
+def test_bench_time_budget_through_the_cli(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), model)
+    args = ["bench", str(model), str(model), "--runs", "60", "--warmup", "1", "--threads", "1"]
+    assert main([*args, "--time-budget", "1e-6", "--report", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [timing["runs"] for timing in data["timings"]] == [10, 10]
+    assert [timing["sessions"] for timing in data["timings"]] == [1, 1]
+    assert data["notes"][-1] == (
+        "cpu/all: --time-budget stopped timing after 1 of 6 session set(s), 10 of 60 runs"
+    )
+    assert main([*args, "--time-budget", "0"]) == 2
+    assert "--time-budget must be more than 0" in capsys.readouterr().err
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(model), "-o", str(out), "--time-budget", "5"]) == 2
+    assert "--time-budget: timing options need --bench" in capsys.readouterr().err

@@ -37,6 +37,7 @@ from normfuse.tune import tune
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
+MAX_TIME_BUDGET = 86_400.0  # seconds: a day
 COMMANDS = ("optimize", "inspect", "validate", "bench", "tune")
 _ORT_ERRORS = tuple(
     getattr(ort_state, name)
@@ -64,7 +65,16 @@ EXAMPLES = {
     "bench": ["normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png"],
     "tune": ["normfuse tune fused.onnx --dims sequence=128"],
 }
-TIMING_OPTIONS = ("warmup", "runs", "threads", "sessions", "level", "plot", "quiet")
+TIMING_OPTIONS = (
+    "warmup",
+    "runs",
+    "threads",
+    "sessions",
+    "time_budget",
+    "level",
+    "plot",
+    "quiet",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -248,6 +258,13 @@ def _add_bench_options(
         "--sessions",
         type=int,
         help="fresh sessions per model, runs split over them (default 6; one per 10 runs at most)",
+    )
+    sub.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop timing after the session set that would overrun SECONDS (all levels together;"
+        " the first set always runs)",
     )
     if levels:
         sub.add_argument(
@@ -479,7 +496,7 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
         allowed |= {"warmup", "runs", "threads", "quiet"}
     refused = [name for name in given if name not in allowed]
     if refused:
-        names = ", ".join(f"--{name}" for name in refused)
+        names = ", ".join(f"--{name.replace('_', '-')}" for name in refused)
         raise NormfuseError(f"{names}: timing options need --bench")
     if args.plot is not None and batch.is_batch(args.models):
         raise NormfuseError("--plot draws one model's timings; give one model")
@@ -662,6 +679,12 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
     sessions = min(6, runs) if args.sessions is None else args.sessions
     if not 1 <= sessions <= runs:
         raise NormfuseError(f"--sessions must be 1 to --runs ({runs}), got {sessions}")
+    budget = getattr(args, "time_budget", None)
+    if budget is not None and not 0 < budget <= MAX_TIME_BUDGET:
+        raise NormfuseError(
+            f"--time-budget must be more than 0 and at most {MAX_TIME_BUDGET:g} seconds, "
+            f"got {budget:g}"
+        )
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
         levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
@@ -673,6 +696,7 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
         npz=None if args.inputs is None else str(args.inputs),
         progress=sys.stderr.isatty() and not args.quiet,
         sessions=sessions,
+        time_budget=budget,
     )
 
 
