@@ -262,11 +262,13 @@ def test_malformed_reduce_axes_are_not_fused_and_do_not_raise(corruption: str) -
     assert op_counts(result.model)["LayerNormalization"] == 0
 
 
-def test_inspect_lists_each_site_with_its_nodes(capsys) -> None:
-    assert main(["inspect", str(BERT)]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("site ")]
-    assert len(lines) == 5
-    assert all("LayerNormalization" in line and "ReduceMean" in line for line in lines)
+def test_inspect_verbose_lists_each_site_with_its_nodes(capsys) -> None:
+    assert main(["inspect", str(BERT), "--verbose"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    sites = [line for line in lines if line.startswith("layer-norm  LayerNormalization  ")]
+    nodes = [line for line in lines if line.startswith("    axis -1")]
+    assert len(sites) == 5 and len(nodes) == 5
+    assert all("ReduceMean" in line for line in nodes)
 
 
 def test_unnamed_nodes_are_labelled_in_the_report(tmp_path: Path, capsys) -> None:
@@ -280,8 +282,8 @@ def test_unnamed_nodes_are_labelled_in_the_report(tmp_path: Path, capsys) -> Non
     )
     removed = json.loads(report.read_text())["sites"][0]["removed_nodes"]
     assert removed and all(removed) and all("->" in label for label in removed)
-    assert main(["inspect", str(path)]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("site "))
+    assert main(["inspect", str(path), "--verbose"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "replaces" in x)
     assert ", ," not in line and "ReduceMean->" in line
 
 
@@ -529,3 +531,35 @@ def test_a_note_shared_by_validation_and_bench_is_printed_once(tmp_path: Path, c
     args = ["optimize", str(BERT), "-o", str(out), "--validate", "--bench", "--dims", "sequence=8"]
     assert main([*args, "--runs", "10", "--warmup", "1", "--threads", "1"]) == 0
     assert capsys.readouterr().out.count("note: batch defaulted to 1") == 1
+
+
+def test_inspect_is_one_short_line_per_site_and_lists_nodes_with_verbose(
+    tmp_path: Path, capsys
+) -> None:
+    assert main(["inspect", str(BERT)]) == 0
+    printed = capsys.readouterr().out
+    rows = [line.split() for line in printed.splitlines() if line.startswith("layer-norm  ")]
+    rows = [row for row in rows if row[2] != "5"]  # the per-kind count above the site lines
+    assert len(rows) == 5 and all(row[1] == "LayerNormalization" for row in rows)
+    assert rows[-1][2:] == ["last_hidden_state", "[?,", "?,", "64]"]
+    assert "replaces" not in printed and max(len(line) for line in printed.splitlines()) < 120
+    assert main(["inspect", str(BERT), "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    details = [line for line in verbose.splitlines() if line.startswith("    axis -1, epsilon")]
+    assert len(details) == 5 and all("replaces 9 nodes: " in line for line in details)
+    assert main(["inspect", str(BERT), "--json"]) == 0
+    sites = json.loads(capsys.readouterr().out)["sites"]
+    assert [len(site["removed_nodes"]) for site in sites] == [9] * 5
+
+
+def test_inspect_of_a_fused_model_says_it_is_already_fused(tmp_path: Path, capsys) -> None:
+    fused = tmp_path / "fused.onnx"
+    assert main(["optimize", str(BERT), "-o", str(fused)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(fused)]) == 0
+    printed = capsys.readouterr().out
+    assert "already fused: 5 fused norm nodes (LayerNormalization 5)" in printed
+    assert "(nothing fused)" not in printed
+    spec, _ = LAYER_NORM_NEGATIVES["unbiased_variance"]
+    assert main(["inspect", str(write(norm_model(spec), tmp_path / "neg.onnx"))]) == 0
+    assert "(nothing fused)" in capsys.readouterr().out

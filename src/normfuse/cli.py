@@ -31,7 +31,9 @@ from normfuse.inputs import input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
+from normfuse.report import fused_norm_nodes
 from normfuse.sessions import parse_providers
+from normfuse.shapes import tensor_types
 from normfuse.tune import tune
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
@@ -196,6 +198,9 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
 def _add_inspect(sub: argparse.ArgumentParser) -> None:
     _add_model_options(sub)
     sub.add_argument("--json", action="store_true", help="print the report as JSON (= --report -)")
+    sub.add_argument(
+        "--verbose", action="store_true", help="list the nodes each site replaces (JSON has them)"
+    )
     _add_report_option(sub, "the report")
     sub.add_argument(
         "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
@@ -635,7 +640,7 @@ def _optimize_one(
             later.append(hint)
     report.output = str(destination)
     stage_save(plan, result.model, destination, result.base_dir)
-    say(report.table())
+    say(report.table(existing=fused_norm_nodes(loaded.model)))
     for text in later:
         say(text)
     return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)
@@ -759,7 +764,9 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         report.input = str(args.model)
         if destination != STDOUT:
-            print(report.table(sites=True))
+            types = tensor_types(loaded.model) if report.sites else {}
+            existing = fused_norm_nodes(loaded.model)
+            print(report.table(True, types, args.verbose, existing))
         _stage_text(plan, destination, report_path, report.to_json())
         _commit(plan)
     if args.check and report.sites:
