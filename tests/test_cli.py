@@ -563,3 +563,12 @@ def test_inspect_of_a_fused_model_says_it_is_already_fused(tmp_path: Path, capsy
     spec, _ = LAYER_NORM_NEGATIVES["unbiased_variance"]
     assert main(["inspect", str(write(norm_model(spec), tmp_path / "neg.onnx"))]) == 0
     assert "(nothing fused)" in capsys.readouterr().out
+
+
+def test_tune_heads_its_first_column_configuration(tmp_path: Path, capsys) -> None:
+    model = write(norm_model(LayerNormSpec()), tmp_path / "m.onnx")
+    assert main(["tune", str(model), "--runs", "10", "--warmup", "1", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "prov" in line and "median" in line)
+    assert header.split()[0] == "configuration"
+    assert lines[lines.index(header) + 1].split()[0] == "all"  # ORT's default, the reference

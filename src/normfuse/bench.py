@@ -154,9 +154,9 @@ class BenchReport:
             "notes": list(self.notes),
         }
 
-    def table(self) -> str:
+    def table(self, first_column: str = "model") -> str:
         """One row per model, provider and level: distinct names, times with their units, and only
-        the percentiles the number of runs supports."""
+        the percentiles the number of runs supports; `first_column` heads the names."""
         names, folder = display_names([t.model for t in self.timings], run_keys(self.timings))
         runs = min((t.samples.size for t in self.timings), default=0)
         shown = [name for name, least in PERCENTILE_MIN_RUNS.items() if runs >= least]
@@ -179,7 +179,7 @@ class BenchReport:
                 ]
             )
         header = [
-            "model",
+            first_column,
             "prov",
             "level",
             *columns,

@@ -115,7 +115,7 @@ class TuneReport:
         lines = [
             bench.BenchReport(
                 [t for r in self.results for t in r.timings], self.threads, self.notes
-            ).table()
+            ).table("configuration")
         ]
         for result in self.results:
             best = result.timings[result.configs.index(result.best)]
