@@ -99,6 +99,9 @@ def test_bench_cli_writes_json(tmp_path: Path, capsys) -> None:
         "ratio_interval_95",
     } <= set(data["timings"][0])
     assert "intra-op threads: 1" in capsys.readouterr().out
+    assert data["timings"][0]["verdict"] is None  # the reference
+    ratio_interval = tuple(data["timings"][1]["ratio_interval_95"])
+    assert data["timings"][1]["verdict"] == bench.verdict(ratio_interval)
 
 
 def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path, monkeypatch, capsys) -> None:

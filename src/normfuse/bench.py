@@ -132,6 +132,7 @@ class Timing:
             "session_seconds": self.session_seconds,
             "ratio_to_first": self.ratio,
             "ratio_interval_95": list(self.ratio_interval),
+            "verdict": self.verdict() or None,  # None for the reference
             "norm_ops_after_ort": self.norm_ops_after_ort,
             "runs": int(self.samples.size),
             "sessions": session_sets(self.blocks),
