@@ -170,7 +170,10 @@ def tune(model: bench.BenchModel, options: bench.BenchOptions) -> TuneReport:
             )
             for config in configs
         ]
-        single = dataclasses.replace(options, providers=(provider,), levels=(DEFAULT_LEVEL,))
+        budget = options.time_budget and options.time_budget / len(options.providers)
+        single = dataclasses.replace(
+            options, providers=(provider,), levels=(DEFAULT_LEVEL,), time_budget=budget
+        )
         report = bench.run(variants, single, threading)
         threads, notes = report.threads, report.notes
         results.append(choose(provider, configs, report.timings))
