@@ -649,7 +649,7 @@ OTHER_FAMILIES = {
 }
 
 
-# Where each tested spelling comes from, for the README's table (tests keep the two in sync).
+# Where each tested spelling comes from, for docs/spellings-and-reasons.md (tests keep it in sync).
 SPELLING_SOURCES = {
     ("layer-norm", "torchscript"): "PyTorch TorchScript (`nn.LayerNorm`)",
     ("layer-norm", "one_over_std"): "PyTorch TorchScript (`rsqrt` as `Div(1, .)`)",
@@ -715,7 +715,7 @@ LAYER_NORM_STRUCTURES = {
 
 
 def spelling_table() -> str:
-    """The README's Markdown table of recognised spellings, from the registries above."""
+    """The Markdown table of recognised spellings in docs/spellings-and-reasons.md."""
     registries = {
         "layer-norm": {**LAYER_NORM_POSITIVES, **LAYER_NORM_STRUCTURES},
         "rms-norm": {**RMS_NORM_POSITIVES, **RMS_NORM_FLOAT16_POSITIVES},

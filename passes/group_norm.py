@@ -11,7 +11,7 @@ What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is nev
 
 Instance norm with a per-channel affine (statistics over S of x itself, no Reshapes) is the G = C
 case. What is emitted was decided by what ONNX Runtime's CPU provider runs and by measurement
-(README, `tests/benchmarks/group_norm.py`): `GroupNormalization`-18/21 have no CPU kernel (ORT
+(docs/group-norm.md, its benchmark): `GroupNormalization`-18/21 have no CPU kernel (ORT
 inlines their function body, which computes the variance as E[x^2] - E[x]^2 and was timed slower
 than the decomposed form; it gives NaN where a group's mean is large against its spread), and
 `com.microsoft.GroupNorm` (NHWC) has no CPU kernel at all. So the spelled-out statistics become

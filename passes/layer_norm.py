@@ -238,7 +238,8 @@ def _check(match: Match, context: Context) -> Site:
 
 def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shape: tuple) -> Site:
     """Statistics over axis 1 of NCHW-like data (ConvNeXt): Transpose the channels last, fuse,
-    Transpose back. Measured faster than the decomposed form on CPU (see README)."""
+    Transpose back. Measured faster than the decomposed form on CPU
+    (docs/spellings-and-reasons.md)."""
     rank, channels = len(shape), shape[1]
     if not isinstance(channels, int):
         raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")

@@ -8,7 +8,7 @@ When `sum` is also used downstream (the pre-norm residual stream), it becomes th
 output. A constant bias added to `input` first (a projection's bias) goes into the op's bias
 input. Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
 themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
-were measured slower than `Add` + norm (see README), so the form is either asked for by name
+were measured slower than `Add` + norm (see docs/cli.md), so the form is either asked for by name
 (`--passes ...,skip-norm`) or chosen per site by timing (`optimize --tune-for`).
 """
 

@@ -348,7 +348,7 @@ def check_case(case, config: str, expected: list | None) -> Outcome:
 
 def _second_pass(fused: onnx.ModelProto, options: dict) -> list[str]:
     """What is wrong with optimising an optimised model again: it should fuse nothing and give
-    identical bytes (README: a model where nothing is fused is returned unchanged)."""
+    identical bytes (docs/targets.md: a model where nothing is fused is returned unchanged)."""
     again = normfuse.optimize(onnx.ModelProto.FromString(fused.SerializeToString()), **options)
     problems = []
     if again.report.sites:

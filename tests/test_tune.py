@@ -128,7 +128,7 @@ def test_optimize_tune_for_prints_a_session_hint(tmp_path: Path, monkeypatch, ca
 
 
 def test_within_one_percent_of_the_default_is_not_a_recommendation(monkeypatch) -> None:
-    """The README reads ratios within 1% as equal: an interval reaching above 0.99 is no win,
+    """The bench docs read ratios within 1% as equal: an interval reaching above 0.99 is no win,
     even when it lies below 1 (what the old rule recommended)."""
     report = run_tune(monkeypatch, [1.0, 1.0, 1.0, 0.989])
     result = report.results[0]

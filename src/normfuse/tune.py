@@ -115,7 +115,7 @@ class TuneReport:
         lines = [
             bench.BenchReport(
                 [t for r in self.results for t in r.timings], self.threads, self.notes
-            ).table()
+            ).table("configuration")
         ]
         for result in self.results:
             best = result.timings[result.configs.index(result.best)]
@@ -170,7 +170,10 @@ def tune(model: bench.BenchModel, options: bench.BenchOptions) -> TuneReport:
             )
             for config in configs
         ]
-        single = dataclasses.replace(options, providers=(provider,), levels=(DEFAULT_LEVEL,))
+        budget = options.time_budget and options.time_budget / len(options.providers)
+        single = dataclasses.replace(
+            options, providers=(provider,), levels=(DEFAULT_LEVEL,), time_budget=budget
+        )
         report = bench.run(variants, single, threading)
         threads, notes = report.threads, report.notes
         results.append(choose(provider, configs, report.timings))
