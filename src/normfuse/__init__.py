@@ -161,6 +161,8 @@ def _optimize(
             optimised, blocker = _finalise(original, view, graph, result.sites)
             if blocker is None:
                 break
+            if blocker[0] in blocked:  # a site asked for an opset it was told is blocked
+                raise NormfuseError(f"internal error: opset {blocker[0]} asked for again")
             blocked = {**blocked, blocker[0]: blocker[1]}
     report = Report(
         __version__,

@@ -5,8 +5,8 @@ Every operator version of the default domain from 14 to 23 is classified (tests 
 missing): its change keeps the old meaning as it is (new types, or new attributes and inputs whose
 defaults keep the old behaviour), keeps it once the node is respelled (an adapter below), or
 changes it (the raise is refused, naming the operator, its versions and what changes). onnx's own
-`version_converter` was measured and not used: it fails on model-local functions and leaves
-`GroupNormalization`-18 unchanged at 21, where its per-group scale would be read per channel
+`version_converter` was measured and not used: it drops model-local functions and leaves
+`GroupNormalization`-18 unchanged at 21, where its per-group scale is read per channel
 (docs/targets.md).
 """
 

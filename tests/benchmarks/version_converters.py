@@ -49,17 +49,19 @@ def check(entry: dict, convert: Callable[[onnx.ModelProto], onnx.ModelProto]) ->
         return f"left at opset {opset}"
     for name, step in (
         ("checker", lambda: onnx.checker.check_model(converted, full_check=True)),
-        ("strict inference", lambda: onnx.shape_inference.infer_shapes(
-            converted, check_type=True, strict_mode=True)),
+        (
+            "strict inference",
+            lambda: onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True),
+        ),
     ):
         try:
             step()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             return f"{name}: {str(error).splitlines()[0][:80]}"
     feeds = random_inputs(original, entry["dims"], seed=5, int_high=entry["int_input_high"])
     try:
         expected, actual = run(original, feeds), run(converted, feeds)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         return f"ort: {str(error).splitlines()[0][:80]}"
     for x, y in zip(expected, actual, strict=True):
         error = float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
