@@ -1,7 +1,9 @@
 """OpenVINO (CPU) on a few zoo models: the original against its `--target onnx` output, numerics
 (largest absolute difference to ONNX Runtime CPU with optimisations off, on the same inputs) and
 latency side by side (normfuse's bench, OpenVINO at f32), with the normalisation operations
-OpenVINO's own transformations leave in each compiled graph.
+OpenVINO's own transformations leave in each compiled graph. Then whether OpenVINO also loads the
+ONNX Runtime-only forms of `--target ort` (SimplifiedLayerNormalization, LayerNormalization below
+opset 17, com.microsoft Skip*LayerNormalization from `skip-norm`).
 
 Run on demand, from the repository root (needs the `openvino` extra):
 
@@ -19,10 +21,11 @@ import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 from helpers import random_inputs, run  # noqa: E402
 
 import normfuse  # noqa: E402
+from models.builders import LayerNormSpec, RmsNormSpec, norm_model  # noqa: E402
 from normfuse import bench, sessions  # noqa: E402
 
 DEFAULT = [
@@ -84,6 +87,40 @@ def main() -> None:
             f"| {medians[0]:.3f} / {medians[1]:.3f} ({ratio}) |",
             flush=True,
         )
+    print("\n| --target ort output | fused ops | on OpenVINO |\n|---|---|---|")
+    ort_forms(entries)
+
+
+def ort_forms(entries: dict) -> None:
+    """`--target ort` output on OpenVINO: loads or not, and the largest difference to ORT."""
+    cases = [
+        (name, onnx.load(ROOT / "models/real" / name), None, entries[name])
+        for name in ("llama_opset17.onnx", "bert_opset14.onnx")
+    ]
+    for spec, passes in (
+        (LayerNormSpec(), "layer-norm,skip-norm"),
+        (RmsNormSpec(), "rms-norm,skip-norm"),
+    ):
+        model = norm_model(spec, shape=(2, 7, 32), layers=3)
+        cases.append(
+            (f"3-block builder, {passes}", model, passes, {"dims": {}, "int_input_high": 16})
+        )
+    for name, original, passes, entry in cases:
+        fused = normfuse.optimize(original, target="ort", passes=passes).model
+        ops = sorted(
+            {
+                f"{n.domain or 'ai.onnx'}.{n.op_type}"
+                for n in fused.graph.node
+                if "Norm" in n.op_type
+            }
+        )
+        feeds = random_inputs(original, entry["dims"], seed=7, int_high=entry["int_input_high"])
+        try:
+            actual = sessions.create(fused, "openvino").run(None, feeds)[0]
+            outcome = f"loads, max abs {max_error(run(original, feeds)[0], actual):.2g}"
+        except normfuse.NormfuseError as error:
+            outcome = f"refused: {error}"
+        print(f"| {name} | {', '.join(ops)} | {outcome} |", flush=True)
 
 
 if __name__ == "__main__":

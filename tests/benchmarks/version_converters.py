@@ -4,6 +4,10 @@ converted to 23 by onnx's `version_converter.convert_version` and, where install
 `onnx.checker` (full_check), strict shape inference, and ONNX Runtime CPU numerics against the
 original (optimisations disabled, the zoo's dtype tolerances).
 
+Then two cases the zoo does not hold, converted by onnx's converter: a local function whose
+`ReduceMean`-17 has an `axes` attribute (raised to 23), and a `GroupNormalization`-18 with
+per-group scale and bias (raised to 21).
+
 Run on demand, from the repository root: python tests/benchmarks/version_converters.py
 """
 
@@ -16,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -87,6 +93,38 @@ def main() -> None:
             continue
         cells = [check(entry, convert) for convert in converters.values()]
         print(f"| {Path(entry['file']).name} | " + " | ".join(cells) + " |", flush=True)
+    hand_built_cases()
+
+
+def hand_built_cases() -> None:
+    """What onnx's converter does with a local function and with GroupNormalization-18."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])
+    body = [helper.make_node("ReduceMean", ["a"], ["b"], axes=[-1])]
+    function = helper.make_function("local", "F", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g", [x], [y])
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    model = helper.make_model(graph, opset_imports=imports, functions=[function])
+    converted = onnx.version_converter.convert_version(model, TARGET)
+    print(f"local function: {len(model.functions)} before, {len(converted.functions)} after")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])
+    weights = [
+        helper.make_tensor("s", TensorProto.FLOAT, [2], [1.0, 2.0]),
+        helper.make_tensor("b", TensorProto.FLOAT, [2], [0.0, 1.0]),
+    ]
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
+    graph = helper.make_graph([node], "g", [x], [y], initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    converted = onnx.version_converter.convert_version(model, 21)
+    onnx.checker.check_model(converted, full_check=True)
+    print("GroupNormalization-18 -> 21:", [n.op_type for n in converted.graph.node], "checker ok")
+    feeds = {"x": np.random.default_rng(0).normal(size=(1, 4, 3)).astype(np.float32)}
+    try:
+        ort.InferenceSession(converted.SerializeToString()).run(None, feeds)
+        print("  ORT runs it")
+    except Exception as error:  # ORT raises its own exception types
+        print("  ORT refuses it:", str(error).splitlines()[0][:100])
 
 
 if __name__ == "__main__":
