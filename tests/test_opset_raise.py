@@ -12,7 +12,14 @@ from helpers import assert_same_numerics, run
 from onnx import TensorProto, helper
 
 import normfuse
-from models.builders import LayerNormSpec, RmsNormSpec, norm_model
+from models.builders import (
+    GraphBuilder,
+    LayerNormSpec,
+    RmsNormSpec,
+    add_layer_norm,
+    add_rms_norm,
+    norm_model,
+)
 from normfuse import opset_raise, targets
 
 FLOAT = TensorProto.FLOAT
@@ -114,14 +121,33 @@ def test_a_surviving_meaning_change_refuses_the_raise(
     ]
 
 
-def test_an_unraisable_model_still_gets_layer_norm_at_its_opset() -> None:
-    """Refused at 23 for RMSNormalization, a model at 17 still fuses its layer norms (no raise
-    needed): the rewrite is redone without the raise, not abandoned."""
-    original = norm_model(LayerNormSpec(), opset=17)
-    original = _with_kept(original, _pool("MaxPool"), "kept")
+def test_refused_at_23_the_rewrite_is_redone_with_layer_norm_at_17() -> None:
+    """A model at 16 with a layer norm, an RMS norm and a MaxPool(ceil_mode=1) that survives:
+    the raise to 23 is refused (MaxPool-22), so the rewrite is redone raising only to 17, where
+    MaxPool means the same: the layer norm is fused, the RMS norm's near-miss names MaxPool."""
+    b = GraphBuilder(16)
+    rng = np.random.default_rng(0)
+    shape = (2, 7, 32)
+    layer = add_layer_norm(b, "x", shape, LayerNormSpec(), rng)
+    rms = add_rms_norm(b, "x", shape, RmsNormSpec(), rng)
+    b.nodes.append(_pool("MaxPool"))
+    outputs = [(layer, list(shape)), (rms, list(shape)), ("kept", None)]
+    graph = helper.make_graph(
+        b.nodes,
+        "two_norms",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info(name, FLOAT, dims) for name, dims in outputs],
+        b.initializers,
+    )
+    original = _typed_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]))
     result = normfuse.optimize(original, target="onnx")
     assert [site.op for site in result.report.sites] == ["LayerNormalization"]
     assert targets.default_opset(result.model) == 17
+    [miss] = result.report.near_misses
+    assert (miss.kind, miss.reason) == ("rms-norm", "opset-too-low")
+    assert "MaxPool-12 -> 22 drops ceil_mode windows" in miss.detail
+    _checked(result.model)
+    assert_same_numerics(original, result.model, seed=38)
 
 
 def _branch(reduce: str, stem: str) -> onnx.GraphProto:
