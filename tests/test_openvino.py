@@ -96,3 +96,13 @@ def test_validate_cli_accepts_openvino(tmp_path: Path, capsys) -> None:
     assert main([*args, "--report", "-"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert [(r["provider"], r["level"]) for r in runs] == [("openvino", "all")]
+
+
+@needs_openvino
+def test_tune_refuses_openvino(tmp_path: Path, capsys) -> None:
+    """tune chooses ONNX Runtime session settings: OpenVINO has none, so it is refused."""
+    path = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), path)
+    args = ["tune", str(path), "--providers", "openvino", "--runs", "2"]
+    assert main(args) != 0
+    assert "use cpu or cuda" in capsys.readouterr().err
