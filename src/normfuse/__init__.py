@@ -143,16 +143,27 @@ def _optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
+    # The raise is judged on the nodes that survive the rewrite: it is assumed, and the rewrite
+    # redone without it when the survivors forbid it (at most once per standard opset).
+    blocked = targets.fixed_blockers(original)
     with guard_rewrite():
-        context, function_contexts = _contexts(view, chosen_target, excluded, chooser)
-        graph = view.import_graph()
-        nodes_before = len(graph.nodes)
-        if view.unsupported is None:
-            result = rewrite.run(graph, chosen_passes, context, function_contexts)
-        else:
-            refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
-            result = rewrite.RunResult([], [refused])
-        optimised = _finalise(original, view, graph, result.sites)
+        while True:
+            context, function_contexts = _contexts(
+                view, chosen_target, excluded, chooser, blocked
+            )
+            graph = view.import_graph()
+            nodes_before = len(graph.nodes)
+            if view.unsupported is None:
+                result = rewrite.run(graph, chosen_passes, context, function_contexts)
+            else:
+                refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
+                result = rewrite.RunResult([], [refused])
+            optimised, blocker = _finalise(original, view, graph, result.sites)
+            if blocker is None:
+                break
+            if blocker[0] in blocked:  # a site asked for an opset it was told is blocked
+                raise NormfuseError(f"internal error: opset {blocker[0]} asked for again")
+            blocked = {**blocked, blocker[0]: blocker[1]}
     report = Report(
         __version__,
         name,
@@ -175,24 +186,27 @@ def _contexts(
     target: Target,
     excluded: dict[str, tuple[str, str]],
     chooser: FormChooser | None,
+    blocked: dict[int, str],
 ) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
     """The context for the main graph, and one per model-local function (its own types and
-    opset). One constant reader serves the whole rewrite (its folds are memoised)."""
+    opset), raising the opset to none of `blocked`. One constant reader serves the whole rewrite
+    (its folds are memoised)."""
     original = view.model
     context = rewrite.Context(
         ConstantReader(view.base_dir),
         view.types,
         target,
-        targets.emissions(original, target),
+        targets.emissions(original, target, blocked),
         dict(excluded),
         chooser,
         view.facts.conflicts,
+        dict(blocked),
     )
     function_contexts = {
         (function.domain, function.name): dataclasses.replace(
             context,
             types=view.function_types[(function.domain, function.name)],
-            emissions=targets.function_emissions(function, original, target),
+            emissions=targets.function_emissions(function, original, target, blocked),
             conflicts=frozenset(),
         )
         for function in original.functions
@@ -205,20 +219,25 @@ def _finalise(
     view: model_view.ModelView,
     graph: gs.Graph,
     sites: list[rewrite.Site],
-) -> onnx.ModelProto:
+) -> tuple[onnx.ModelProto | None, tuple[int, str] | None]:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
-    and domains its new nodes need, proved by the output guard before anyone writes it."""
+    and domains its new nodes need, proved by the output guard before anyone writes it; or, when
+    the nodes that survive forbid the opset the sites need, None and (that opset, why)."""
     if not sites:
-        return _copy(original)
+        return _copy(original), None
     optimised = _export(original, view, graph)
     opset_needed = max(site.opset for site in sites)
     if opset_needed > targets.default_opset(original):
-        targets.set_default_opset(optimised, opset_needed)
+        fused_ops = frozenset(site.op for site in sites if site.domain in ("", "ai.onnx"))
+        blockers = targets.raise_blockers(optimised, opset_needed, fused_ops)
+        if blockers:
+            return None, (opset_needed, "; ".join(blockers[:3]))
+        targets.raise_opset(optimised, opset_needed, fused_ops)
     for domain in sorted({site.domain for site in sites} - {"ai.onnx"}):
         version = targets.default_opset(optimised) if domain == "" else 1
         targets.import_domain(optimised, domain, version)
     guard.check_output(original, optimised, any(site.ort_only for site in sites))
-    return optimised
+    return optimised, None
 
 
 def validate(

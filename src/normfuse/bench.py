@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from normfuse import sessions
+from normfuse import openvino_runtime, sessions
 from normfuse.errors import NormfuseError
 from normfuse.inputs import graph_inputs, make_inputs
 
@@ -305,7 +305,11 @@ def run_with_feeds(
     threading = threading or configure_threads(options.threads)
     notes = [*threading.notes, *(notes or [])]
     timings = []
-    groups = [(provider, level) for provider in options.providers for level in options.levels]
+    groups = [
+        (provider, level)
+        for provider in options.providers
+        for level in sessions.levels_for(provider, options.levels)
+    ]
     for number, (provider, level) in enumerate(groups):
         later = len(groups) - number - 1
         group, note = _time_group(models, provider, level, feeds, options, later, len(groups))
@@ -341,7 +345,9 @@ def _session(
     level: str,
     options: BenchOptions,
     save_to: Path | None = None,
-) -> ort.InferenceSession:
+) -> ort.InferenceSession | openvino_runtime.Session:
+    if provider == openvino_runtime.NAME:
+        return openvino_runtime.create(model.model, model.base_dir, options.threads)
     so = ort.SessionOptions()
     so.graph_optimization_level = sessions.LEVELS[model.level or level]
     so.log_severity_level = 4  # errors come back as exceptions; none printed
@@ -623,7 +629,10 @@ def bootstrap_picks(blocks: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def norm_ops_after_ort(model: BenchModel, provider: str, level: str, options: BenchOptions) -> dict:
-    """Normalisation ops in the graph ORT's session optimiser saves at `level` (what ORT fused)."""
+    """Normalisation ops in the graph ORT's session optimiser saves at `level` (what ORT fused);
+    on OpenVINO, its own normalisation operations in the compiled graph."""
+    if provider == openvino_runtime.NAME:
+        return _session(model, provider, level, options).norm_ops()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "optimized.onnx"
         save_optimized(model, provider, options, path, level)

@@ -234,7 +234,9 @@ def _add_tune(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_input_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--providers", default="cpu", help="cpu, cuda or cpu,cuda (default cpu)")
+    sub.add_argument(
+        "--providers", default="cpu", help="cpu, cuda, openvino or a list like cpu,openvino"
+    )
     sub.add_argument(
         "--dims",
         action="append",

@@ -586,9 +586,10 @@ def _opset_too_low(kind: str, context: Context) -> str:
     if standard is None:
         return f"no standard operator for {kind} at this opset (--target onnx)"
     op, opset = standard
+    why = context.opset_blockers.get(opset, "another operator's meaning would change")
     return (
-        f"{op} needs opset {opset} and the model's opset cannot be raised to it without "
-        "changing another operator's meaning (--target onnx)"
+        f"{op} needs opset {opset} and the model's opset cannot be raised to it: {why} "
+        "(--target onnx)"
     )
 
 

@@ -132,6 +132,8 @@ class Context:
     form_chooser: FormChooser | None = None
     # Tensors whose declared type contradicts the derived one: sites touching them are left.
     conflicts: frozenset[str] = frozenset()
+    # Opsets the model may not be raised to -> why (the near-miss of a site that needs one).
+    opset_blockers: dict[int, str] = field(default_factory=dict)
 
     def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
         """The shape of `tensor` (ints for static dims) when known."""

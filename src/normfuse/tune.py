@@ -19,7 +19,8 @@ from pathlib import Path
 
 import onnx
 
-from normfuse import bench, sessions
+from normfuse import bench, openvino_runtime, sessions
+from normfuse.errors import NormfuseError
 
 # Names ORT's graph transformers have carried for norm fusions (used only where they have effect).
 NORM_FUSIONS = (
@@ -160,6 +161,8 @@ def _saved_graph_signature(model, provider, config: SessionConfig, options) -> t
 
 def tune(model: bench.BenchModel, options: bench.BenchOptions) -> TuneReport:
     """Time every candidate configuration on every provider; choose per provider."""
+    if openvino_runtime.NAME in options.providers:
+        raise NormfuseError("tune chooses ONNX Runtime session settings: use cpu or cuda")
     threading = bench.configure_threads(options.threads)
     results, notes, threads = [], [], threading.label
     for provider in options.providers:

@@ -209,7 +209,7 @@ def compare_models(
     compute_dtype = narrowest_float_type(original)
     runs = []
     for provider in options.providers:
-        for level in WHOLE_MODEL_LEVELS:
+        for level in sessions.levels_for(provider, WHOLE_MODEL_LEVELS):
             try:
                 expected = _run(original, provider, level, original_dir, feeds, hint)
             except NormfuseError as error:
