@@ -220,6 +220,16 @@ def _shape_cases() -> list[Case]:
                 ((0, 1, 1, 0), (2, 2), -1),
             )
         ),
+        *(
+            Case("GatherND", [x, np.zeros(s, np.int64)], {"batch_dims": b})
+            for s, b in (
+                ((2,), 0),
+                ((5, 1), 0),
+                ((2, 2, 3), 0),
+                ((2, 1), 1),
+                ((2, 4, 2), 1),
+            )
+        ),
         Case("GatherElements", [x, np.zeros((2, 3, 2), np.int64)], {"axis": 2}),
         *(
             Case("Slice", [x, i64(*s), i64(*e), *r])

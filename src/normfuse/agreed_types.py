@@ -74,7 +74,7 @@ class _Walk:
 
     def graph(self, graph: onnx.GraphProto, scope: _Scope, depth: int) -> None:
         for tensor in graph.initializer:
-            scope.trust(tensor.name)
+            scope.trust(tensor.name, (tensor.data_type, tuple(tensor.dims)))
         self.nodes(list(graph.node), scope, depth)
 
     def nodes(self, nodes: list[onnx.NodeProto], scope: _Scope, depth: int) -> None:
@@ -185,7 +185,7 @@ class _Walk:
             inner = _Scope(types, {name: (found[0], None) for name, found in types.items()})
             for formal in function.input:
                 if formal in trusted:
-                    inner.trust(formal, inputs[formal])
+                    inner.trust(formal, inputs.get(formal))
                 elif formal in inputs:
                     inner.result[formal] = inputs[formal]
             self.nodes(nodes, inner, depth + 1)

@@ -34,7 +34,7 @@ BROADCAST = _ops(
     "Or Xor Where Mod CastLike"
 )
 SHAPE_OPS = _ops(
-    "Constant Shape Size Reshape Transpose Unsqueeze Squeeze Concat Gather GatherElements "
+    "Constant Shape Size Reshape Transpose Unsqueeze Squeeze Concat Gather GatherElements GatherND "
     "Slice Flatten Expand Tile ConstantOfShape Range Split"
 )
 REDUCE = _ops("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceSumSquare ReduceL2")
