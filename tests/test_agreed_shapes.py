@@ -165,3 +165,40 @@ def test_divisor_from_a_disagreeing_dim_proves_nothing() -> None:
     fused = normfuse.optimize(good)
     assert [site.kind for site in fused.report.sites] == ["rms-norm"]
     assert_same_numerics(good, fused.model)
+
+
+def _group_norm(front: onnx.NodeProto, extra: dict | None = None, shape=(2, 4, 5)):
+    """Group norm of p (NCL, 2 groups): Reshape [0, 2, -1], statistics over the last axis,
+    Reshape back to Shape(p), per-channel scale and bias; the group's size is C/G·L."""
+    nodes = [
+        front,
+        helper.make_node("Reshape", ["p", "groups"], ["grouped"]),
+        *_layer_norm("grouped", "normed"),
+        helper.make_node("Shape", ["p"], ["p_shape"]),
+        helper.make_node("Reshape", ["normed", "p_shape"], ["back"]),
+        helper.make_node("Mul", ["back", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "bias"], ["y"]),
+    ]
+    values = {
+        "groups": np.array([0, 2, -1], np.int64),
+        "scale": np.linspace(0.5, 1.5, 4, dtype=np.float32).reshape(4, 1),
+        "bias": np.linspace(-0.5, 0.5, 4, dtype=np.float32).reshape(4, 1),
+    }
+    return _model(nodes, list(shape), {**values, **(extra or {})})
+
+
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+def test_group_size_from_a_disagreeing_dim_is_not_used(ceil_mode: int) -> None:
+    """Group norm's C/G·L behind pooling: with ceil_mode=1 (L is 3 at run time, 4 inferred)
+    nothing is fused, `unknown-shape` (the earlier code emitted it for L=4); with ceil_mode=0 it fuses and computes the original."""
+    model = _group_norm(_pool(ceil_mode), shape=(2, 4, 5))
+    run(model, random_inputs(model))
+    result = normfuse.optimize(model)
+    if ceil_mode:
+        assert result.report.sites == []
+        reasons = {(miss.kind, miss.reason) for miss in result.report.near_misses}
+        # the layer-norm pass names the family; the group-norm pass gives the reason
+        assert reasons == {("group-norm", "unknown-shape"), ("layer-norm", "group-norm")}
+    else:
+        assert [site.kind for site in result.report.sites] == ["group-norm"]
+        assert_same_numerics(model, result.model)
