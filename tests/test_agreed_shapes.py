@@ -190,7 +190,8 @@ def _group_norm(front: onnx.NodeProto, extra: dict | None = None, shape=(2, 4, 5
 @pytest.mark.parametrize("ceil_mode", [0, 1])
 def test_group_size_from_a_disagreeing_dim_is_not_used(ceil_mode: int) -> None:
     """Group norm's C/G·L behind pooling: with ceil_mode=1 (L is 3 at run time, 4 inferred)
-    nothing is fused, `unknown-shape` (the earlier code emitted it for L=4); with ceil_mode=0 it fuses and computes the original."""
+    nothing is fused, `unknown-shape` (the earlier code emitted it for L=4); with ceil_mode=0
+    it fuses and computes the original."""
     model = _group_norm(_pool(ceil_mode), shape=(2, 4, 5))
     run(model, random_inputs(model))
     result = normfuse.optimize(model)
