@@ -407,3 +407,122 @@ def test_known_disagreements_are_real_and_masked(op, attrs, length, kernel) -> N
     assert inferred[0] != actual[0]
     assert trusted_dims(case.model().graph.node[-1]) == 2
     assert _disagreements(case) == []
+
+
+def _body(nodes, inputs, outputs) -> onnx.GraphProto:
+    return helper.make_graph(
+        nodes,
+        "body",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+    )
+
+
+def _control_flow_models() -> dict[str, onnx.ModelProto]:
+    """If, Loop and Scan, each with an output whose shape the walk decides."""
+    b, i = TensorProto.BOOL, TensorProto.INT64
+    same = helper.make_node(
+        "If",
+        ["c"],
+        ["y"],
+        then_branch=_body([helper.make_node("Identity", ["x"], ["t"])], [], [("t", F, None)]),
+        else_branch=_body([helper.make_node("Relu", ["x"], ["e"])], [], [("e", F, None)]),
+    )
+    wider = helper.make_node(
+        "If",
+        ["c"],
+        ["y"],
+        then_branch=_body([helper.make_node("Identity", ["x"], ["t"])], [], [("t", F, None)]),
+        else_branch=_body(
+            [helper.make_node("Concat", ["x", "x"], ["e"], axis=1)], [], [("e", F, None)]
+        ),
+    )
+    step = [helper.make_node("Identity", ["cond"], ["cond_out"])]
+    kept = helper.make_node(
+        "Loop",
+        ["trip", "", "x"],
+        ["y"],
+        body=_body(
+            [*step, helper.make_node("Relu", ["s"], ["s_out"])],
+            [("n", i, []), ("cond", b, []), ("s", F, [2, 3])],
+            [("cond_out", b, []), ("s_out", F, None)],
+        ),
+    )
+    grown = helper.make_node(
+        "Loop",
+        ["trip", "", "x"],
+        ["y"],
+        body=_body(
+            [*step, helper.make_node("Concat", ["s", "s"], ["s_out"], axis=0)],
+            [("n", i, []), ("cond", b, []), ("s", F, [None, 3])],
+            [("cond_out", b, []), ("s_out", F, None)],
+        ),
+    )
+    scan = helper.make_node(
+        "Scan",
+        ["x", "x"],
+        ["y", "rows"],
+        num_scan_inputs=1,
+        body=_body(
+            [
+                helper.make_node("Add", ["state", "row"], ["state_out"]),
+                helper.make_node("Identity", ["row"], ["row_out"]),
+            ],
+            [("state", F, None), ("row", F, None)],
+            [("state_out", F, None), ("row_out", F, None)],
+        ),
+    )
+    models = {}
+    for name, node, shape in (
+        ("if_same", same, [2, 3]),
+        ("if_wider", wider, [2, 3]),
+        ("loop_kept", kept, [2, 3]),
+        ("loop_grown", grown, [2, 3]),
+        ("scan", scan, [3, 3]),
+    ):
+        outputs = [helper.make_empty_tensor_value_info(out) for out in node.output]
+        graph = helper.make_graph(
+            [node],
+            name,
+            [
+                helper.make_tensor_value_info("x", F, shape),
+                helper.make_tensor_value_info("c", b, []),
+            ],
+            outputs,
+            [numpy_helper.from_array(np.array(3, np.int64), "trip")],
+        )
+        models[name] = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return models
+
+
+@pytest.mark.parametrize("name", sorted(_control_flow_models()))
+def test_control_flow_shapes_normfuse_trusts_agree_with_onnx_runtime(name: str) -> None:
+    """The dims normfuse derives and keeps (`derive_types`) for If, Loop and Scan outputs agree
+    with the shapes ONNX Runtime produces; a Loop state that grows is not trusted at all."""
+    from normfuse.shapes import derive_types
+
+    model = _control_flow_models()[name]
+    types = derive_types(model).types
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    feeds = {"x": np.ones([3, 3] if name == "scan" else [2, 3], np.float32)}
+    for condition in (True, False):
+        feeds["c"] = np.array(condition)
+        actual = session.run(None, {k: v for k, v in feeds.items() if k in _inputs(session)})
+        for info, value in zip(model.graph.output, actual, strict=True):
+            derived = types.get(info.name, (0, None))[1]
+            if derived is not None:
+                assert len(derived) == value.ndim
+                pairs = zip(derived, value.shape, strict=True)
+                assert all(not isinstance(d, int) or d == r for d, r in pairs)
+    expected_known = {"if_same": True, "if_wider": True, "loop_kept": True, "loop_grown": False}
+    if name in expected_known:
+        assert (types.get("y", (0, None))[1] is not None) == expected_known[name]
+
+
+def _inputs(session: ort.InferenceSession) -> set[str]:
+    return {info.name for info in session.get_inputs()}
