@@ -945,7 +945,12 @@ GROUP_NORM_NEGATIVES = {
     **{
         f"{spelling}_{name}": (variant, shape, reason)
         for name, spec, shape, reason in (
-            ("groups_do_not_divide", GroupNormSpec(), ("batch", 6, 4, 4), "groups-do-not-divide"),
+            (
+                "groups_do_not_divide",
+                GroupNormSpec(),
+                ("batch", 6, "height", 4),
+                "groups-do-not-divide",
+            ),
             (
                 "reshape_not_restored",
                 GroupNormSpec(reshape_back="flat"),
