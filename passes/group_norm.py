@@ -249,13 +249,16 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     if target is not None and len(target) == len(shape):
         grouped_shape = context.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
-        restored = all(
+        kept = [
             entry == (x, axis)
             or _static(entry, shape[axis])
             or (entry == 0 and copies and axis < len(grouped_shape) and grouped_shape[axis] == dim)
             for axis, (entry, dim) in enumerate(zip(target, shape, strict=True))
-        )
-        if restored:
+        ]
+        # One -1 among entries that restore every other dim is the remaining dim (the element
+        # counts are equal): [N, C, -1, W] restores [N, C, H, W].
+        inferred = [axis for axis, entry in enumerate(target) if entry == -1 and not kept[axis]]
+        if all(ok or axis in inferred[:1] for axis, ok in enumerate(kept)) and len(inferred) <= 1:
             return back.outputs[0]
     raise checks.Reject(
         "reshape-not-restored", f"the Reshape back does not restore x's shape {list(shape)}"
