@@ -1,6 +1,7 @@
 """Norms sharing statistics (issue 21, item 10): three or more norms of one x sharing one
 variance fuse (the partner rule takes a group, not only a pair), and a group with one member
-that is not exactly a norm is refused whole."""
+that is not exactly a norm is refused whole; a second norm `(mean - x) / std` sharing the std
+fuses."""
 
 from __future__ import annotations
 
@@ -65,4 +66,45 @@ def test_a_group_with_a_member_that_is_not_a_norm_is_refused(odd: str) -> None:
     assert result.report.sites == []
     reasons = [miss.reason for miss in result.report.near_misses]
     assert reasons == ["intermediate-used-elsewhere"]
+    assert op_counts(result.model) == op_counts(original)
+
+
+def _shared_std_model(second: str, affine: bool = True) -> onnx.ModelProto:
+    """Two readers of one std of x: the layer norm (x - mean) / std and `second`: "negated"
+    (mean - x) / std, or "not_a_deviation" x / std (not a norm); outputs their sum."""
+    b = GraphBuilder(17)
+    rng = np.random.default_rng(1)
+    mean = b.reduce("ReduceMean", "x", (-1,))
+    centered = b.op("Sub", ["x", mean])
+    variance = b.reduce("ReduceMean", b.op("Mul", [centered, centered]), (-1,))
+    std = b.op("Sqrt", [b.op("Add", [variance, b.const(1e-5, "epsilon")])])
+    numerators = {"negated": b.op("Sub", [mean, "x"]), "not_a_deviation": "x"}
+    outputs = []
+    for numerator in (centered, numerators[second]):
+        normed = b.op("Div", [numerator, std])
+        if affine:
+            scaled = b.op("Mul", [normed, b.const(rng.uniform(0.5, 1.5, SHAPE[-1]), "scale")])
+            normed = b.op("Add", [scaled, b.const(rng.normal(0, 0.5, SHAPE[-1]), "bias")])
+        outputs.append(normed)
+    return _single_op_model(b, b.op("Add", outputs), SHAPE, "shared_std")
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_second_norm_of_mean_minus_x_sharing_the_std_fuses(affine: bool) -> None:
+    """(mean - x) / std over the first norm's std is the layer norm with the scale negated (an
+    exact negation): both fuse, and compute the original on adversarial rows."""
+    original = _shared_std_model("negated", affine)
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["layer-norm", "layer-norm"]
+    assert result.report.near_misses == []
+    assert not {"ReduceMean", "Sqrt", "Div", "Sub"} & set(op_counts(result.model))
+    assert_same_numerics(original, result.model, seed=6)
+
+
+def test_std_shared_with_a_division_of_x_itself_is_refused() -> None:
+    """x / std is no norm's numerator: the std escapes into it, the norm is left."""
+    original = _shared_std_model("not_a_deviation")
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["intermediate-used-elsewhere"]
     assert op_counts(result.model) == op_counts(original)
