@@ -804,7 +804,8 @@ class GroupNormSpec:
     variance_axes: tuple[int, ...] = (-1,)  # dynamo_var: axes the variance reduces
     stats: LayerNormSpec = LayerNormSpec(scale=False, bias=False)
     grouped_shape: tuple[int, ...] | None = None  # None: (0, G, -1)
-    reshape_back: str = "shape_of_x"  # shape_of_x (TorchScript) | static (dynamo) | flat
+    # shape_of_x (TorchScript) | static (dynamo) | minus_one ([0, C, -1, W]) | flat
+    reshape_back: str = "shape_of_x"
     epsilon: float = 1e-5
     scale: bool = True
     bias: bool = True
@@ -847,6 +848,8 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
             back_shape = b.op("Shape", [x])
         elif spec.reshape_back == "static":
             back_shape = b.const([d if isinstance(d, int) else 0 for d in shape], "shape", np.int64)
+        elif spec.reshape_back == "minus_one":
+            back_shape = b.const([0, channels, -1, shape[-1]], "shape", np.int64)
         else:
             back_shape = b.const([0, channels, -1], "shape", np.int64)
         out = b.op("Reshape", [normed, back_shape])
@@ -945,7 +948,12 @@ GROUP_NORM_NEGATIVES = {
     **{
         f"{spelling}_{name}": (variant, shape, reason)
         for name, spec, shape, reason in (
-            ("groups_do_not_divide", GroupNormSpec(), ("batch", 6, 4, 4), "groups-do-not-divide"),
+            (
+                "groups_do_not_divide",
+                GroupNormSpec(),
+                ("batch", 6, "height", 4),
+                "groups-do-not-divide",
+            ),
             (
                 "reshape_not_restored",
                 GroupNormSpec(reshape_back="flat"),

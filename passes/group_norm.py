@@ -20,7 +20,9 @@ Reshapes and the per-channel affine stay. The `InstanceNormalization` spelling i
 fast and is reported, not rewritten (`no-faster-form`).
 
 A site is fused only when the whole is exactly group normalisation: the first Reshape splits the
-channels into G groups with G dividing C, the second restores x's shape, the statistics reduce the
+channels into G groups with G dividing C (or, with static spatial dims S, G dividing C·S: the
+grouped tensor's rows straddle channels, and its last-axis layer norm is still exact), the second
+restores x's shape, the statistics reduce the
 last axis of the grouped tensor only, epsilon is positive and inside the square root, and the
 affine after the Reshape back is per channel. Otherwise a near-miss says why.
 """
@@ -202,9 +204,9 @@ def _check_grouped_shape(
     x: gs.Tensor,
     zero_copies: bool,
 ) -> tuple[int, int, int | None]:
-    """(C, G, C/G * prod(S)) when `target` (the grouped shape, as entries) turns x [N, C, *S] into
-    [N, G, C/G * prod(S)]; the last is None when S is not static (the Reshape must then infer it:
-    -1). A 0 in `target` copies x's dim where `zero_copies`."""
+    """(C, G, C * prod(S) / G) when `target` (the grouped shape, as entries) turns x [N, C, *S]
+    into [N, G, C * prod(S) / G]; the last is None when S is not static (the Reshape must then
+    infer it: -1). A 0 in `target` copies x's dim where `zero_copies`."""
     if len(shape) < 3 or target is None or len(target) != 3:
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
@@ -216,13 +218,16 @@ def _check_grouped_shape(
     batch_kept = batch == (x, 0) or (batch == 0 and zero_copies) or _static(batch, shape[0])
     if not batch_kept or not isinstance(groups, int) or groups <= 0:
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
-    if channels % groups:
+    inner = None
+    if all(isinstance(dim, int) for dim in spatial):
+        # G need not divide C: [N, G, C*S/G] normalised over its last axis is exactly a layer
+        # norm of the grouped tensor wherever G divides C*S (the Reshape fails otherwise).
+        total = channels * int(np.prod(spatial))
+        inner = total // groups if total % groups == 0 else None
+    if inner is None and channels % groups:
         raise checks.Reject(
             "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
         )
-    inner = None
-    if all(isinstance(dim, int) for dim in spatial):
-        inner = channels // groups * int(np.prod(spatial))
     if rest != -1 and (inner is None or rest != inner):
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
     return channels, groups, inner
@@ -244,13 +249,16 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     if target is not None and len(target) == len(shape):
         grouped_shape = context.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
-        restored = all(
+        kept = [
             entry == (x, axis)
             or _static(entry, shape[axis])
             or (entry == 0 and copies and axis < len(grouped_shape) and grouped_shape[axis] == dim)
             for axis, (entry, dim) in enumerate(zip(target, shape, strict=True))
-        )
-        if restored:
+        ]
+        # One -1 among entries that restore every other dim is the remaining dim (the element
+        # counts are equal): [N, C, -1, W] restores [N, C, H, W].
+        inferred = [axis for axis, entry in enumerate(target) if entry == -1 and not kept[axis]]
+        if all(ok or axis in inferred[:1] for axis, ok in enumerate(kept)) and len(inferred) <= 1:
             return back.outputs[0]
     raise checks.Reject(
         "reshape-not-restored", f"the Reshape back does not restore x's shape {list(shape)}"

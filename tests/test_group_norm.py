@@ -103,6 +103,21 @@ def test_fuses_static_diffusion_shape_with_32_groups() -> None:
     assert_fused(group_norm_block_model(spec, (1, 64, 6, 6), layers=1), layers=1)
 
 
+@pytest.mark.parametrize("shape", [("batch", 6, 4, 4), (2, 6, 2, 3)])
+def test_fuses_groups_that_divide_channels_times_positions(shape: tuple) -> None:
+    """4 groups of 6 channels: each row of [N, 4, -1] straddles channels, and its last-axis
+    layer norm is still exact (issue 21, item 10), so it fuses and computes the original."""
+    spec = GroupNormSpec(groups=4, spelling="decomposed")
+    assert_fused(group_norm_block_model(spec, shape, layers=1), layers=1)
+
+
+def test_fuses_a_reshape_back_with_one_inferred_dim() -> None:
+    """The Reshape back written [0, C, -1, W]: every other entry restores x's dim, so the -1 is
+    H (the element counts are equal) and the site fuses (issue 21, item 10)."""
+    spec = GroupNormSpec(spelling="decomposed", reshape_back="minus_one")
+    assert_fused(group_norm_block_model(spec, SHAPE, layers=1), layers=1)
+
+
 def test_emits_layer_norm_over_the_last_axis_of_the_groups() -> None:
     result = normfuse.optimize(group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], SHAPE))
     node = next(n for n in result.model.graph.node if n.op_type == "LayerNormalization")

@@ -525,8 +525,8 @@ def statistics_outputs(
         if name == "mean" and outside and all(_centers(user, match) for user in outside):
             continue  # another norm of x centres with it: the ReduceMean stays for that norm
         if name == "std":
-            if not outside:
-                continue
+            if not outside or all(_divides_a_deviation(user, tensor, match) for user in outside):
+                continue  # another norm of x divides by it: the std stays for that norm
             if _used_outside(match, "inv_std", inside):  # two tensors would both be InvStdDev
                 raise _escaping(tensor, outside)
             tensor = _reciprocal(tensor, outside)
@@ -574,6 +574,16 @@ def _centers(user: gs.Node, match: Match) -> bool:
     """`user` is `x - mean` or `mean - x` of the matched x (or its upcast)."""
     sources = {id(match["x"])} | ({id(match["upcast"])} if "upcast" in match else set())
     return user.op == "Sub" and any(id(tensor) in sources for tensor in user.inputs)
+
+
+def _divides_a_deviation(user: gs.Node, std: gs.Tensor, match: Match) -> bool:
+    """`user` is `Div(x - mean, std)` or `Div(mean - x, std)` of the matched x: another norm's
+    numerator over the same std (the second norm of `(mean - x) / std` sharing it)."""
+    if user.op != "Div" or user.domain not in (None, "", "ai.onnx") or len(user.inputs) != 2:
+        return False
+    numerator, divisor = user.inputs
+    producers = numerator.inputs
+    return divisor is std and len(producers) == 1 and _centers(producers[0], match)
 
 
 def _escaping(tensor: gs.Tensor, users: list[gs.Node]) -> Reject:

@@ -393,32 +393,50 @@ def _partner(
     graph_outputs: set[str],
     everything: list[Match],
 ) -> bool:
-    """True when `found`'s intermediates escape only into one other candidate of the same pass
-    that reads the same x, is itself exactly a site, and whose own intermediates escape only
-    into `found`: two norms sharing statistics (one `x - mean`). `found` is fused now; the
-    shared nodes stay for the partner, which fuses in the next round, and then they die."""
+    """True when `found`'s intermediates escape only into other candidates of the same pass
+    that read the same x, are each exactly a site, and whose own intermediates escape only into
+    `found` or one another: norms sharing statistics (one `x - mean`, one variance; two, three
+    or more). `found` is fused now; the shared nodes stay for the others, which fuse in later
+    rounds, and then they die."""
     users = _outside_users(found, fusion_pass, graph_outputs)
     if not users or "x" not in found:
         return False
-    mine = {id(node) for node in found.nodes}
-    for other in everything:
-        theirs = {id(node) for node in other.nodes}
-        if other is found or "x" not in other or other["x"] is not found["x"]:
+    covered = {id(node) for node in found.nodes}
+    verdicts: dict[int, bool] = {}
+
+    def is_partner(other: Match) -> bool:
+        if id(other) not in verdicts:
+            verdicts[id(other)] = (
+                other is not found
+                and "x" in other
+                and other["x"] is found["x"]
+                and _exactly_a_site(other, fusion_pass, context)
+            )
+        return verdicts[id(other)]
+
+    pending = list(users)
+    while pending:
+        user = pending.pop()
+        if id(user) in covered:
             continue
-        if not all(id(user) in theirs for user in users):
-            continue
-        back = _outside_users(other, fusion_pass, graph_outputs)
-        if back is None or not all(id(user) in mine for user in back):
-            continue
-        try:
-            outcome = fusion_pass.check(other, context)
-            if isinstance(outcome, Site):
-                _check_scope_facts(other, context)
-        except Exception:  # not a norm (a Reject), or a check that trips: no partner
-            continue
+        candidates = [o for o in everything if any(node is user for node in o.nodes)]
+        partner = next((o for o in candidates if is_partner(o)), None)
+        back = None if partner is None else _outside_users(partner, fusion_pass, graph_outputs)
+        if back is None:
+            return False
+        covered |= {id(node) for node in partner.nodes}
+        pending += back
+    return True
+
+
+def _exactly_a_site(found: Match, fusion_pass: FusionPass, context: Context) -> bool:
+    try:
+        outcome = fusion_pass.check(found, context)
         if isinstance(outcome, Site):
-            return True
-    return False
+            _check_scope_facts(found, context)
+    except Exception:  # not a norm (a Reject), or a check that trips: no partner
+        return False
+    return isinstance(outcome, Site)
 
 
 def _without_overlaps(sites: list[Site], graph: gs.Graph) -> list[Site]:
