@@ -1,25 +1,38 @@
 """Residual fusion (ONNX Runtime only): `Add(input, skip)` feeding a fused norm becomes ONNX
 Runtime's `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` (`com.microsoft`)::
 
-    input[ + b], skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
+    input, skip ──> Add ──> sum [──> Add(b)] ──> LayerNormalization(scale[, bias]) ──> y
         =>  input, skip ──> SkipLayerNormalization(scale[, bias][, b]) ──> y  [, sum]
 
 When `sum` is also used downstream (the pre-norm residual stream), it becomes the op's fourth
-output. A constant bias added to `input` first (a projection's bias) goes into the op's bias
-input. Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
+output. Exact or absent, after ONNX Runtime's CPU kernel (contrib_ops/cpu/skip_layer_norm.cc):
+
+- The kernel sums `(input + skip) + bias`. A constant bias added *after* the residual sum is
+  that order and goes into the op's bias input; one added to an operand first, `(a + b) + s`,
+  is not (float addition does not associate): its Add stays and `a + b` is the op's input.
+- The kernel returns `input`'s shape and reads `skip` by offset, so input and skip must be
+  proved the same shape (`normfuse.same_shape`, symbolic dims included), of rank 2 or 3 (the
+  kernel's contract), and a bias may not raise the sum's rank.
+- float32 only: for float16 the kernel adds input and skip in float32 where the model rounds the
+  sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64.
+
+Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
 themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
-were measured slower than `Add` + norm (see README), so the form is either asked for by name
-(`--passes ...,skip-norm`) or chosen per site by timing (`optimize --tune-for`).
+were measured slower than `Add` + norm, and on rows with a large offset further from a float64
+evaluation (see docs/residual-fusion.md), so the form is either asked for by name
+(`--passes ...,skip-norm`) or chosen per site by timing and accuracy (`optimize --tune-for`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import Const, Match, Op, Var
 from normfuse.rewrite import Context, FusedNode, Site, node_label
+from normfuse.same_shape import format_shape, same_shape
 from normfuse.targets import Target
 
 KIND = "skip-norm"
@@ -32,17 +45,14 @@ SKIP_OPS = {
 }
 
 _sum = Op("Add", Var("input"), Var("skip"), name="sum")
-# A projection's bias added before the residual: folded into the op's bias input.
-_biased_sum = Op(
-    "Add", Op("Add", Var("input"), Const("skip_bias"), name="biased"), Var("skip"), name="sum"
-)
-# The same bias added after the residual sum: (input + skip) + b, the kernel's own order.
+# A bias added after the residual sum: (input + skip) + b, the kernel's own order. A bias added
+# to an operand first, (input + b) + skip, is not: that Add stays, and is the op's input.
 _sum_biased = Op(
     "Add", Op("Add", Var("input"), Var("skip"), name="residual"), Const("skip_bias"), name="sum"
 )
 PATTERNS = tuple(
     pattern
-    for summed in (_biased_sum, _sum_biased, _sum)
+    for summed in (_sum_biased, _sum)
     for pattern in (
         Op("LayerNormalization", summed, Var("scale"), Var("bias"), name="y"),
         Op("LayerNormalization", summed, Var("scale"), name="y"),
@@ -76,40 +86,64 @@ def _check(match: Match, context: Context) -> Site:
     first, second = match["input"], match["skip"]
     if context.reader.is_constant(first) or context.reader.is_constant(second):
         raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
-    shapes = {context.shape(first), context.shape(second)}
-    shape = shapes.pop() if len(shapes) == 1 else None
-    if shape is None or len(shape) != 3 or not all(isinstance(d, int) for d in shape):
-        raise checks.Reject("skip-shape", f"input and skip need one static 3-D shape, got {shapes}")
-    if norm.attrs.get("axis", -1) not in (-1, 2) or norm.attrs.get("stash_type", 1) != 1:
+    shape = _residual_shape(first, second, context)
+    rank = len(shape)
+    if norm.attrs.get("axis", -1) not in (-1, rank - 1) or norm.attrs.get("stash_type", 1) != 1:
         raise checks.Reject("skip-axis", "Skip* ops normalise the last axis in float32 only")
     elem_type = context.elem_type(first)
-    if elem_type not in checks.FLOAT_TYPES:
-        raise checks.Reject("unsupported-dtype", "Skip* fused for float32/float16 only")
-    if "skip_bias" in match:
-        _per_feature(match, "skip_bias", context, shape[-1])
-    for name in ("scale", "bias"):
+    if elem_type == onnx.TensorProto.FLOAT16:
+        raise checks.Reject(
+            "skip-float16-sum",
+            "ONNX Runtime's Skip* kernels add input and skip in float32; the model rounds the "
+            "sum to float16 before the norm, so the fused op would normalise another value",
+        )
+    if elem_type != onnx.TensorProto.FLOAT:
+        name = "unknown" if elem_type is None else onnx.TensorProto.DataType.Name(elem_type)
+        raise checks.Reject(
+            "unsupported-dtype", f"ONNX Runtime has no exact Skip* kernel for {name.lower()}"
+        )
+    hidden = shape[-1]
+    if not isinstance(hidden, int):
+        raise checks.Reject(
+            "skip-shape", f"the normalised axis of {format_shape(shape)} has no static size"
+        )
+    for name in ("skip_bias", "scale", "bias"):
         if name in match:
-            _per_feature(match, name, context, shape[-1])
+            _per_feature(match, name, context, hidden, rank=rank)
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
-        choice = chooser.choose(family, shape, elem_type, "bias" in match)
+        choice = chooser.choose(family, shape, elem_type, "bias" in match, first.name)
         if not choice.use_skip:
-            low, high = choice.interval
-            raise checks.Reject(
-                "measured-slower",
-                f"{SKIP_OPS[norm.op]} at {list(shape)} on {chooser.provider}: {choice.ratio:.2f}x "
-                f"Add + {norm.op} [{low:.2f}, {high:.2f}]; kept Add + {norm.op}",
-            )
-    return _site(match, norm, context)
+            raise checks.Reject(choice.reason(), choice.detail(SKIP_OPS[norm.op], norm.op))
+    return _site(match, norm, context, hidden)
+
+
+def _residual_shape(first: gs.Tensor, second: gs.Tensor, context: Context) -> tuple:
+    """The one shape input and skip are proved to have, of a rank the kernel takes."""
+    shapes = [context.shape(first), context.shape(second)]
+    if not same_shape(first, second, context.types, context.reader):
+        raise checks.Reject(
+            "skip-shape",
+            f"input {format_shape(shapes[0])} and skip {format_shape(shapes[1])} are not "
+            "proved to have one shape (the Skip* op returns input's shape, never a broadcast)",
+        )
+    shape = shapes[0]
+    if shape is None or len(shape) not in (2, 3):
+        raise checks.Reject(
+            "skip-rank",
+            f"input and skip {format_shape(shape)}: Skip* kernels take rank 2 or 3 only",
+        )
+    return shape
 
 
 def _per_feature(
-    match: Match, name: str, context: Context, hidden: int, dtype=None
+    match: Match, name: str, context: Context, hidden: int, dtype=None, rank: int | None = None
 ) -> np.ndarray | gs.Tensor:
     """The kernel's contract: gamma and beta are 1-D, one value per feature. A constant shaped
-    [1, ..., 1, hidden] is that vector (as `dtype`); a tensor computed or fed at run time must be
-    declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
+    [1, ..., 1, hidden] of at most the input's `rank` where given (a bias of a higher rank
+    would raise the sum's) is that vector (as `dtype`); a tensor computed or fed at run time must
+    be declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
     as it is; anything else stays."""
     tensor = match[name]
     reason = {"scale": "gamma-shape", "bias": "beta-shape"}.get(name, "bias-shape")
@@ -117,20 +151,28 @@ def _per_feature(
         shape, elem_type = context.shape(tensor), context.elem_type(tensor)
         if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
             raise checks.Reject(
-                reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}] of x's type"
+                reason,
+                f"{name} of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}] of x's type",
             )
         return tensor
     value = context.reader.value(tensor)
     if value is None or value.size != hidden or any(dim != 1 for dim in value.shape[:-1]):
-        shape = None if value is None else value.shape
-        raise checks.Reject(reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}]")
+        shape = None if value is None else tuple(value.shape)
+        raise checks.Reject(
+            reason, f"{name} of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}]"
+        )
+    if rank is not None and value.ndim > rank:
+        raise checks.Reject(
+            reason,
+            f"{name} of shape {format_shape(tuple(value.shape))} raises the rank of the "
+            f"rank-{rank} sum; the Skip* op would return rank {rank}",
+        )
     value = value.reshape(-1)
     return value if dtype is None else value.astype(dtype)
 
 
-def _site(match: Match, norm: gs.Node, context: Context) -> Site:
+def _site(match: Match, norm: gs.Node, context: Context, hidden: int) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
-    hidden = context.shape(match["input"])[-1]
     gamma = _per_feature(match, "scale", context, hidden, dtype)
     beta = [_per_feature(match, "bias", context, hidden, dtype)] if "bias" in match else []
     if "skip_bias" in match:

@@ -1,0 +1,206 @@
+"""Proofs that two tensors have the same shape at run time, symbolic dims included.
+
+Residual fusion needs `input` and `skip` of one shape (ONNX Runtime's `Skip*` kernels return
+`input`'s shape and index `skip` by offset). Two dims are proved equal when they are the same
+static size or the same symbol: a `dim_param` a graph input declares (ONNX's convention: one name
+is one size across a graph's inputs; ONNX Runtime 1.32 does not enforce it, a model fed against
+its own declaration is outside the proof) or a symbol shape inference generated once and
+propagated. Where inference gave the two sides different symbols, both shapes are derived again
+from their producers (`Deriver`): then equal means the same derivation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import onnx_graphsurgeon as gs
+
+if TYPE_CHECKING:
+    from normfuse.constants import ConstantReader
+    from normfuse.shapes import TensorType
+
+Dim = int | str | None
+# A derived dim: a static size, a named symbol (("sym", name)) or one fresh unknown (("new", n)).
+Term = int | tuple[str, object]
+# Standard-domain ops whose output 0 has input 0's shape (elementwise on one tensor, norms).
+SAME_AS_INPUT = frozenset(
+    {
+        "Identity", "Cast", "Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Neg", "Sqrt", "Exp",
+        "Reciprocal", "Softmax", "Dropout", "LayerNormalization", "SimplifiedLayerNormalization",
+        "RMSNormalization",
+    }
+)  # fmt: skip
+BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where"})
+MAX_DEPTH = 200
+
+
+def format_shape(shape: tuple[Dim, ...] | None) -> str:
+    """`[batch, sequence, 768]`; `?` for a dim nothing names; `unknown` for no shape."""
+    if shape is None:
+        return "unknown"
+    return "[" + ", ".join("?" if dim is None else str(dim) for dim in shape) + "]"
+
+
+def same_shape(
+    first: gs.Tensor,
+    second: gs.Tensor,
+    types: dict[str, TensorType],
+    reader: ConstantReader,
+) -> bool:
+    """Whether `first` and `second` provably have one shape at run time (`types`: the derived
+    types by name)."""
+    a, b = (types.get(t.name, (None, None))[1] for t in (first, second))
+    known = a is not None and b is not None and len(a) == len(b)
+    if known and all(x is not None and x == y for x, y in zip(a, b, strict=True)):
+        return True
+    derived = Deriver(types, reader)
+    left, right = derived.dims(first), derived.dims(second)
+    return left is not None and left == right and not any(_fresh(t) for t in left)
+
+
+def _fresh(term: Term) -> bool:
+    return isinstance(term, tuple) and term[0] == "new"
+
+
+class Deriver:
+    """Shapes as terms, derived through an allow-list of ops (`dims`), and the values of small
+    integer shape vectors (`values`: `Shape`, `Gather`, `Unsqueeze`, `Concat`, constants). Any
+    other producer gives its inferred shape, where a symbol stays a symbol and an unnamed dim
+    is a fresh unknown, equal to nothing."""
+
+    def __init__(self, types: dict[str, TensorType], reader: ConstantReader) -> None:
+        self.types = types
+        self.reader = reader
+        self._dims: dict[int, tuple[Term, ...] | None] = {}
+        self._fresh = 0
+
+    def new(self) -> Term:
+        """A dim equal to nothing else."""
+        self._fresh += 1
+        return ("new", self._fresh)
+
+    def dims(self, tensor: gs.Tensor, depth: int = 0) -> tuple[Term, ...] | None:
+        """The shape of `tensor` as terms, or None when its rank is not known."""
+        key = id(tensor)
+        if key not in self._dims:
+            self._dims[key] = self._derive(tensor, depth)
+        return self._dims[key]
+
+    def _inferred(self, tensor: gs.Tensor) -> tuple[Term, ...] | None:
+        shape = self.types.get(tensor.name, (None, None))[1]
+        if shape is None:
+            return None
+        terms: list[Term] = []
+        for dim in shape:
+            if isinstance(dim, int) and dim >= 0:
+                terms.append(dim)
+            elif isinstance(dim, str) and dim:
+                terms.append(("sym", dim))
+            else:
+                terms.append(self.new())
+        return tuple(terms)
+
+    def _derive(self, tensor: gs.Tensor, depth: int) -> tuple[Term, ...] | None:
+        if isinstance(tensor, gs.Constant):
+            return tuple(int(d) for d in tensor.shape)
+        node = tensor.inputs[0] if tensor.inputs else None
+        if node is None or depth > MAX_DEPTH or node.outputs[0] is not tensor:
+            return self._inferred(tensor)
+        if node.domain not in ("", "ai.onnx"):
+            return self._inferred(tensor)
+        inputs = [t for t in node.inputs]
+        derived = None
+        if node.op in SAME_AS_INPUT and inputs:
+            derived = self.dims(inputs[0], depth + 1)
+        elif node.op in BROADCAST and inputs:
+            derived = self._broadcast([self.dims(t, depth + 1) for t in inputs])
+        elif node.op == "MatMul" and len(inputs) == 2:
+            derived = self._matmul(*(self.dims(t, depth + 1) for t in inputs))
+        elif node.op == "Transpose" and inputs:
+            derived = self._transpose(self.dims(inputs[0], depth + 1), node.attrs.get("perm"))
+        elif node.op == "Reshape" and len(inputs) == 2 and not node.attrs.get("allowzero", 0):
+            derived = self._reshape(self.dims(inputs[0], depth + 1), self.values(inputs[1], depth))
+        return derived if derived is not None else self._inferred(tensor)
+
+    def _broadcast(self, shapes: list[tuple[Term, ...] | None]) -> tuple[Term, ...] | None:
+        if any(shape is None for shape in shapes):
+            return None
+        rank = max(len(shape) for shape in shapes)
+        result: list[Term] = []
+        for axis in range(rank):
+            terms = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
+            terms.discard(1)
+            sizes = {t for t in terms if isinstance(t, int)}
+            if len(terms) == 1:
+                result.append(terms.pop())
+            elif not terms:
+                result.append(1)
+            elif len(sizes) == 1:
+                result.append(sizes.pop())  # a symbol broadcast with a size is that size
+            else:
+                result.append(self.new())
+        return tuple(result)
+
+    def _matmul(self, a, b) -> tuple[Term, ...] | None:
+        if a is None or b is None or len(a) < 2 or len(b) < 2:
+            return None
+        batch = self._broadcast([a[:-2], b[:-2]])
+        return None if batch is None else (*batch, a[-2], b[-1])
+
+    def _transpose(self, shape, perm) -> tuple[Term, ...] | None:
+        if shape is None:
+            return None
+        order = list(perm) if perm is not None else list(range(len(shape)))[::-1]
+        if sorted(order) != list(range(len(shape))):
+            return None
+        return tuple(shape[i] for i in order)
+
+    def _reshape(self, shape, target) -> tuple[Term, ...] | None:
+        if shape is None or target is None:
+            return None
+        result: list[Term] = []
+        for index, term in enumerate(target):
+            if term == 0:
+                if index >= len(shape):
+                    return None
+                result.append(shape[index])
+            elif term == -1:
+                result.append(self.new())
+            elif isinstance(term, int) and term < 0:
+                return None
+            else:
+                result.append(term)
+        return tuple(result)
+
+    def values(self, tensor: gs.Tensor, depth: int = 0) -> tuple[Term, ...] | None:
+        """The elements of a 1-D (or scalar) int64 shape tensor as terms, when derivable."""
+        value = self.reader.value(tensor) if self.reader.is_constant(tensor) else None
+        if value is not None:
+            if value.dtype.kind not in "iu" or value.ndim > 1:
+                return None
+            return tuple(int(v) for v in value.reshape(-1))
+        node = tensor.inputs[0] if tensor.inputs else None
+        if node is None or depth > MAX_DEPTH or node.domain not in ("", "ai.onnx"):
+            return None
+        inputs = list(node.inputs)
+        if node.op == "Shape" and inputs:
+            shape = self.dims(inputs[0], depth + 1)
+            if shape is None:
+                return None
+            start, end = node.attrs.get("start", 0), node.attrs.get("end", len(shape))
+            return tuple(shape[slice(start, end)])
+        if node.op in ("Cast", "Identity") and inputs:
+            return self.values(inputs[0], depth + 1)
+        if node.op == "Gather" and len(inputs) == 2 and node.attrs.get("axis", 0) == 0:
+            vector, index = self.values(inputs[0], depth + 1), self.values(inputs[1], depth + 1)
+            if vector is None or index is None or not all(isinstance(i, int) for i in index):
+                return None
+            if any(not -len(vector) <= i < len(vector) for i in index):
+                return None
+            return tuple(vector[i] for i in index)
+        if node.op in ("Unsqueeze", "Squeeze") and inputs:
+            return self.values(inputs[0], depth + 1)  # a scalar <-> a one-element vector
+        if node.op == "Concat" and node.attrs.get("axis") == 0:
+            parts = [self.values(t, depth + 1) for t in inputs]
+            return None if any(p is None for p in parts) else tuple(t for p in parts for t in p)
+        return None
