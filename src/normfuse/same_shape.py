@@ -27,10 +27,13 @@ SAME_AS_INPUT = frozenset(
     {
         "Identity", "Cast", "Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Neg", "Sqrt", "Exp",
         "Reciprocal", "Softmax", "Dropout", "LayerNormalization", "SimplifiedLayerNormalization",
-        "RMSNormalization",
+        "RMSNormalization", "IsNaN", "IsInf", "Not", "Abs", "Log", "Sin", "Cos", "Floor", "Ceil",
     }
 )  # fmt: skip
-BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where"})
+BROADCAST = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "And", "Or"}
+)
+REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"})
 MAX_DEPTH = 200
 
 
@@ -104,13 +107,16 @@ class Deriver:
         if isinstance(tensor, gs.Constant):
             return tuple(int(d) for d in tensor.shape)
         node = tensor.inputs[0] if tensor.inputs else None
-        if node is None or depth > MAX_DEPTH or node.outputs[0] is not tensor:
+        if node is None or depth > MAX_DEPTH or node.domain not in (None, "", "ai.onnx"):
             return self._inferred(tensor)
-        if node.domain not in ("", "ai.onnx"):
-            return self._inferred(tensor)
-        inputs = [t for t in node.inputs]
+        inputs = list(node.inputs)
+        index = next(i for i, output in enumerate(node.outputs) if output is tensor)
         derived = None
-        if node.op in SAME_AS_INPUT and inputs:
+        if node.op == "Split" and inputs:
+            derived = self._split(self.dims(inputs[0], depth + 1), node, index)
+        elif index != 0:
+            derived = None
+        elif node.op in SAME_AS_INPUT and inputs:
             derived = self.dims(inputs[0], depth + 1)
         elif node.op in BROADCAST and inputs:
             derived = self._broadcast([self.dims(t, depth + 1) for t in inputs])
@@ -118,6 +124,15 @@ class Deriver:
             derived = self._matmul(*(self.dims(t, depth + 1) for t in inputs))
         elif node.op == "Transpose" and inputs:
             derived = self._transpose(self.dims(inputs[0], depth + 1), node.attrs.get("perm"))
+        elif node.op == "Expand" and len(inputs) == 2:
+            target = self.values(inputs[1], depth)
+            derived = self._broadcast([self.dims(inputs[0], depth + 1), target])
+        elif node.op == "Gemm" and len(inputs) >= 2:
+            derived = self._gemm(*(self.dims(t, depth + 1) for t in inputs[:2]), node.attrs)
+        elif node.op in REDUCE and inputs:
+            derived = self._reduce(self.dims(inputs[0], depth + 1), node)
+        elif node.op == "Gather" and len(inputs) == 2:
+            derived = self._gather(*(self.dims(t, depth + 1) for t in inputs), node.attrs)
         elif node.op == "Reshape" and len(inputs) == 2 and not node.attrs.get("allowzero", 0):
             derived = self._reshape(self.dims(inputs[0], depth + 1), self.values(inputs[1], depth))
         return derived if derived is not None else self._inferred(tensor)
@@ -147,6 +162,59 @@ class Deriver:
         batch = self._broadcast([a[:-2], b[:-2]])
         return None if batch is None else (*batch, a[-2], b[-1])
 
+    def _gemm(self, a, b, attrs: dict) -> tuple[Term, ...] | None:
+        if a is None or b is None or len(a) != 2 or len(b) != 2:
+            return None
+        rows = a[1] if attrs.get("transA", 0) else a[0]
+        columns = b[0] if attrs.get("transB", 0) else b[1]
+        return (rows, columns)
+
+    def _axes(self, node: gs.Node, rank: int) -> list[int] | None:
+        """A Reduce's or Split's constant axes, normalised; None when not constant."""
+        if "axes" in node.attrs:
+            axes = list(node.attrs["axes"])
+        elif len(node.inputs) > 1 and self.reader.is_constant(node.inputs[1]):
+            value = self.reader.value(node.inputs[1])
+            axes = None if value is None else [int(v) for v in value.reshape(-1)]
+        else:
+            return None
+        if axes is None or any(not -rank <= axis < rank for axis in axes):
+            return None
+        return sorted({axis % rank for axis in axes})
+
+    def _reduce(self, shape, node: gs.Node) -> tuple[Term, ...] | None:
+        if shape is None:
+            return None
+        axes = self._axes(node, len(shape))
+        if not axes:  # no axes (or empty): reduce-all or no-op by attribute; not derived here
+            return None
+        if node.attrs.get("keepdims", 1):
+            return tuple(1 if axis in axes else term for axis, term in enumerate(shape))
+        return tuple(term for axis, term in enumerate(shape) if axis not in axes)
+
+    def _split(self, shape, node: gs.Node, index: int) -> tuple[Term, ...] | None:
+        if shape is None:
+            return None
+        axis = node.attrs.get("axis", 0)
+        if not -len(shape) <= axis < len(shape):
+            return None
+        axis %= len(shape)
+        sizes = node.attrs.get("split")
+        if sizes is None and len(node.inputs) > 1 and self.reader.is_constant(node.inputs[1]):
+            value = self.reader.value(node.inputs[1])
+            sizes = None if value is None else [int(v) for v in value.reshape(-1)]
+        size = sizes[index] if sizes is not None and len(sizes) == len(node.outputs) else None
+        return (*shape[:axis], self.new() if size is None else size, *shape[axis + 1 :])
+
+    def _gather(self, data, indices, attrs: dict) -> tuple[Term, ...] | None:
+        if data is None or indices is None:
+            return None
+        axis = attrs.get("axis", 0)
+        axis = axis + len(data) if axis < 0 else axis
+        if not 0 <= axis < len(data):
+            return None
+        return (*data[:axis], *indices, *data[axis + 1 :])
+
     def _transpose(self, shape, perm) -> tuple[Term, ...] | None:
         if shape is None:
             return None
@@ -164,13 +232,38 @@ class Deriver:
                 if index >= len(shape):
                     return None
                 result.append(shape[index])
-            elif term == -1:
-                result.append(self.new())
-            elif isinstance(term, int) and term < 0:
+            elif isinstance(term, int) and term < -1:
                 return None
             else:
                 result.append(term)
-        return tuple(result)
+        if result.count(-1) == 1:
+            result[result.index(-1)] = self._inferred_dim(shape, result)
+        return None if -1 in result else tuple(result)
+
+    def _inferred_dim(self, shape: tuple[Term, ...], target: list[Term]) -> Term:
+        """Reshape's -1: the input's terms left when the target's other terms are cancelled
+        (as a multiset, 1s ignored); a product of sizes, one term, or a fresh unknown."""
+        left = [term for term in shape if term != 1]
+        for term in target:
+            if term in (1, -1):
+                continue
+            if term not in left:
+                return self.new()
+            left.remove(term)
+        if all(isinstance(term, int) for term in left):
+            product = 1
+            for term in left:
+                product *= term
+            return product
+        return left[0] if len(left) == 1 else self.new()
+
+    def _constant_ints(self, tensor: gs.Tensor) -> list[int] | None:
+        if not self.reader.is_constant(tensor):
+            return None
+        value = self.reader.value(tensor)
+        if value is None or value.dtype.kind not in "iu":
+            return None
+        return [int(v) for v in value.reshape(-1)]
 
     def values(self, tensor: gs.Tensor, depth: int = 0) -> tuple[Term, ...] | None:
         """The elements of a 1-D (or scalar) int64 shape tensor as terms, when derivable."""
@@ -180,7 +273,7 @@ class Deriver:
                 return None
             return tuple(int(v) for v in value.reshape(-1))
         node = tensor.inputs[0] if tensor.inputs else None
-        if node is None or depth > MAX_DEPTH or node.domain not in ("", "ai.onnx"):
+        if node is None or depth > MAX_DEPTH or node.domain not in (None, "", "ai.onnx"):
             return None
         inputs = list(node.inputs)
         if node.op == "Shape" and inputs:
@@ -200,6 +293,16 @@ class Deriver:
             return tuple(vector[i] for i in index)
         if node.op in ("Unsqueeze", "Squeeze") and inputs:
             return self.values(inputs[0], depth + 1)  # a scalar <-> a one-element vector
+        if node.op == "Slice" and len(inputs) >= 3:
+            vector = self.values(inputs[0], depth + 1)
+            bounds = [self._constant_ints(t) for t in inputs[1:]]
+            if vector is None or any(b is None or len(b) != 1 for b in bounds):
+                return None
+            start, end, *rest = (b[0] for b in bounds)
+            axis, step = (rest[0] if rest else 0), (rest[1] if len(rest) > 1 else 1)
+            if axis not in (0, -1) or step != 1:
+                return None
+            return vector[start:end]  # ONNX clamps a step-1 slice as Python does
         if node.op == "Concat" and node.attrs.get("axis") == 0:
             parts = [self.values(t, depth + 1) for t in inputs]
             return None if any(p is None for p in parts) else tuple(t for p in parts for t in p)
