@@ -126,7 +126,7 @@ def _residual_shape(first: gs.Tensor, second: gs.Tensor, context: Context) -> tu
         raise checks.Reject(
             "skip-shape",
             f"input {format_shape(shapes[0])} and skip {format_shape(shapes[1])} are not "
-            "proved to have one shape (the Skip* op returns input's shape, never a broadcast)",
+            "proved to have one shape; the Skip* op returns input's shape and never broadcasts",
         )
     shape = shapes[0]
     if shape is None or len(shape) not in (2, 3):
