@@ -113,7 +113,8 @@ def _check(match: Match, context: Context) -> Site:
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
-        choice = chooser.choose(family, shape, elem_type, "bias" in match, first.name)
+        tensors = (match["sum"], first, second)  # all of the proved shape
+        choice = chooser.choose(family, shape, elem_type, "bias" in match, tensors, context.reader)
         if not choice.use_skip:
             raise checks.Reject(choice.reason(), choice.detail(SKIP_OPS[norm.op], norm.op))
     return _site(match, norm, context, hidden)

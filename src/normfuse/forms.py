@@ -23,9 +23,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from normfuse import bench, sessions
+from normfuse.constants import ConstantReader
 from normfuse.inputs import input_shapes
 from normfuse.rewrite import Site
-from normfuse.same_shape import format_shape
+from normfuse.same_shape import Deriver, format_shape
 from normfuse.shapes import TensorType, tensor_types
 from normfuse.site_inputs import IsolatedSite
 from normfuse.skeleton import skeleton
@@ -119,24 +120,41 @@ class FormChooser:
     model: onnx.ModelProto | None = None
     _runtime: dict[str, TensorType] | None = None
 
-    def timed_shape(self, shape: tuple, name: str | None = None) -> tuple[int, ...]:
-        """The shape a site of (possibly symbolic) `shape`, tensor `name`, is timed at: its
-        shape when the model runs with `dims` where that is static, else each symbol at its
-        `dims` size and any other unknown dim as 1."""
-        if self.model is not None and name is not None:
+    def timed_shape(
+        self, shape: tuple, tensors: tuple = (), reader: ConstantReader | None = None
+    ) -> tuple[int, ...]:
+        """The shape a site of (possibly symbolic) `shape` is timed at: per axis, the size the
+        first of `tensors` (all of that shape) has when the model runs with `dims` (types
+        inferred with the graph inputs at those sizes, then derived as `same_shape.Deriver`
+        does), else the symbol's `dims` size, else 1."""
+        derived = []
+        if self.model is not None and tensors and reader is not None:
             if self._runtime is None:
                 self._runtime = runtime_types(self.model, self.dims)
-            runtime = self._runtime.get(name, (None, None))[1]
-            if runtime is not None and all(isinstance(d, int) for d in runtime):
-                return tuple(runtime)
-        return tuple(d if isinstance(d, int) else self.dims.get(str(d), 1) for d in shape)
+            deriver = Deriver(self._runtime, reader)
+            derived = [deriver.dims(tensor) for tensor in tensors]
+        timed = []
+        for axis, dim in enumerate(shape):
+            sizes = [d[axis] for d in derived if d is not None and len(d) == len(shape)]
+            known = [size for size in sizes if isinstance(size, int)]
+            if known:
+                timed.append(known[0])
+            else:
+                timed.append(dim if isinstance(dim, int) else self.dims.get(str(dim), 1))
+        return tuple(timed)
 
     def choose(
-        self, family: str, shape: tuple, elem_type: int, bias: bool, name: str | None = None
+        self,
+        family: str,
+        shape: tuple,
+        elem_type: int,
+        bias: bool,
+        tensors: tuple = (),
+        reader: ConstantReader | None = None,
     ) -> FormChoice:
-        """Whether the `Skip*` form beats `Add` + norm for a site of `shape` (tensor `name`),
-        timed at its shape for `dims` (`timed_shape`; cached per timed shape)."""
-        timed = self.timed_shape(shape, name)
+        """Whether the `Skip*` form beats `Add` + norm for a site of `shape` (`tensors` have
+        it), timed at its shape for `dims` (`timed_shape`; cached per timed shape)."""
+        timed = self.timed_shape(shape, tensors, reader)
         key = (family, timed, elem_type, bias)
         if key not in self.decisions:
             choice = self._measure(family, timed, elem_type, bias)
