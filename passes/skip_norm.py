@@ -50,9 +50,11 @@ _sum = Op("Add", Var("input"), Var("skip"), name="sum")
 _sum_biased = Op(
     "Add", Op("Add", Var("input"), Var("skip"), name="residual"), Const("skip_bias"), name="sum"
 )
+# A Cast to the sum's own type (T5's `.to(float32)` on a float32 stream) is the identity: it goes.
 PATTERNS = tuple(
     pattern
-    for summed in (_sum_biased, _sum)
+    for added in (_sum_biased, _sum)
+    for summed in (added, Op("Cast", added, name="cast"))
     for pattern in (
         Op("LayerNormalization", summed, Var("scale"), Var("bias"), name="y"),
         Op("LayerNormalization", summed, Var("scale"), name="y"),
@@ -68,7 +70,7 @@ class SkipNormPass:
     name = "skip-norm"
     kind = KIND
     patterns = PATTERNS
-    shared_names = ("sum",)
+    shared_names = ("sum", "cast")
 
     def site_key(self, match: Match) -> gs.Node:
         """The norm node identifies the site."""
@@ -88,6 +90,8 @@ def _check(match: Match, context: Context) -> Site:
         raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
     shape = _residual_shape(first, second, context)
     rank = len(shape)
+    if "cast" in match and match.node("cast").attrs.get("to") != context.elem_type(first):
+        raise checks.Reject("skip-cast", "the residual sum is cast to another type before the norm")
     if norm.attrs.get("axis", -1) not in (-1, rank - 1) or norm.attrs.get("stash_type", 1) != 1:
         raise checks.Reject("skip-axis", "Skip* ops normalise the last axis in float32 only")
     elem_type = context.elem_type(first)

@@ -393,3 +393,29 @@ def test_tune_for_times_at_the_dims_shape(monkeypatch) -> None:
     assert seen == [(2, 9, HIDDEN)]
     assert op_types(result.model) == ["SkipLayerNormalization"]
     assert_same_numerics(original, result.model, {"batch": 2, "sequence": 9}, seed=41)
+
+
+# ------------------------------------------------------------------ an identity Cast (T5)
+
+
+@pytest.mark.parametrize("to", [F32, F16])
+def test_cast_between_sum_and_norm_goes_only_when_it_is_the_identity(to: int) -> None:
+    """T5's `.to(float32)` on a float32 stream: Add -> Cast(float) -> norm, the Cast's output
+    also read by the next residual Add. A Cast to float16 changes the values: left."""
+    shape = (2, 4, HIDDEN)
+    norm, params = _norm("rms", "cast", to)
+    nodes = [
+        helper.make_node("Add", ["a", "s"], ["sum"]),
+        helper.make_node("Cast", ["sum"], ["cast"], to=to),
+        *norm,
+        helper.make_node("Cast", ["y"], ["y32"], to=F32),
+        helper.make_node("Cast", ["cast"], ["cast32"], to=F32),
+        helper.make_node("Add", ["cast32", "y32"], ["out"]),
+    ]
+    original = _model(nodes, [_info("a", shape), _info("s", shape)], [_info("out", shape)], params)
+    result = normfuse.optimize(original, passes="skip-norm")
+    if to == F32:
+        assert [n.op_type for n in skip_nodes(result.model)] == ["SkipSimplifiedLayerNormalization"]
+    else:
+        assert skip_nodes(result.model) == [] and reasons(result) == ["skip-cast"]
+    assert_same_numerics(original, result.model, seed=43, rtol=1e-3 if to == F16 else FLOAT32_ATOL)
