@@ -132,7 +132,10 @@ class FormChooser:
             if self._runtime is None:
                 self._runtime = runtime_types(self.model, self.dims)
             deriver = Deriver(self._runtime, reader)
-            derived = [deriver.dims(tensor) for tensor in tensors]
+            try:
+                derived = [deriver.dims(tensor) for tensor in tensors]
+            except RecursionError:  # too deep to derive: the fallback below
+                derived = []
         timed = []
         for axis, dim in enumerate(shape):
             sizes = [d[axis] for d in derived if d is not None and len(d) == len(shape)]

@@ -57,7 +57,10 @@ def same_shape(
     if known and all(x is not None and x == y for x, y in zip(a, b, strict=True)):
         return True
     derived = Deriver(types, reader)
-    left, right = derived.dims(first), derived.dims(second)
+    try:
+        left, right = derived.dims(first), derived.dims(second)
+    except RecursionError:  # a derivation deeper than the interpreter allows: not proved
+        return False
     return left is not None and left == right and not any(_fresh(t) for t in left)
 
 
