@@ -1,26 +1,28 @@
 """Residual fusion (ONNX Runtime only): `Add(input, skip)` feeding a fused norm becomes ONNX
 Runtime's `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` (`com.microsoft`)::
 
-    input, skip ──> Add ──> sum [──> Add(b)] ──> LayerNormalization(scale[, bias]) ──> y
-        =>  input, skip ──> SkipLayerNormalization(scale[, bias][, b]) ──> y  [, sum]
+    input, skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
+        =>  input, skip ──> SkipLayerNormalization(scale[, bias]) ──> y  [, sum]
 
 When `sum` is also used downstream (the pre-norm residual stream), it becomes the op's fourth
-output. Exact or absent, after ONNX Runtime's CPU kernel (contrib_ops/cpu/skip_layer_norm.cc):
+output. Exact or absent, after ONNX Runtime's kernels (contrib_ops/cpu/skip_layer_norm.cc,
+contrib_ops/cuda/bert/skip_layer_norm_impl.cu; docs/residual-fusion.md):
 
-- The kernel sums `(input + skip) + bias`. A constant bias added *after* the residual sum is
-  that order and goes into the op's bias input; one added to an operand first, `(a + b) + s`,
-  is not (float addition does not associate): its Add stays and `a + b` is the op's input.
+- The op's own bias input is never used: the CPU kernel sums `(input + skip) + bias`, the CUDA
+  kernel `(input + bias) + skip`, and float addition does not associate, so no folded bias is
+  the model's sum on both. A bias added to an operand first, `(a + b) + s`, keeps its Add (its
+  output is the op's input); one added after the residual sum is `skip-bias-order`.
 - The kernel returns `input`'s shape and reads `skip` by offset, so input and skip must be
   proved the same shape (`normfuse.same_shape`, symbolic dims included), of rank 2 or 3 (the
-  kernel's contract), and a bias may not raise the sum's rank.
-- float32 only: for float16 the kernel adds input and skip in float32 where the model rounds the
-  sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64.
+  kernel's contract).
+- float32 only: for float16 the CPU kernel adds input and skip in float32 where the model rounds
+  the sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64.
 
 Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
 themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
 were measured slower than `Add` + norm, and on rows with a large offset further from a float64
-evaluation (see docs/residual-fusion.md), so the form is either asked for by name
-(`--passes ...,skip-norm`) or chosen per site by timing and accuracy (`optimize --tune-for`).
+evaluation, so the form is either asked for by name (`--passes ...,skip-norm`) or chosen per
+site by timing and accuracy (`optimize --tune-for`).
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ SKIP_OPS = {
 }
 
 _sum = Op("Add", Var("input"), Var("skip"), name="sum")
-# A bias added after the residual sum: (input + skip) + b, the kernel's own order. A bias added
-# to an operand first, (input + b) + skip, is not: that Add stays, and is the op's input.
+# A bias added after the residual sum: matched to say why it is left (`skip-bias-order`). A bias
+# added to an operand first, (input + b) + skip, needs no pattern: that Add is the op's input.
 _sum_biased = Op(
     "Add", Op("Add", Var("input"), Var("skip"), name="residual"), Const("skip_bias"), name="sum"
 )
@@ -88,6 +90,13 @@ def _check(match: Match, context: Context) -> Site:
     first, second = match["input"], match["skip"]
     if context.reader.is_constant(first) or context.reader.is_constant(second):
         raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
+    if "skip_bias" in match:
+        raise checks.Reject(
+            "skip-bias-order",
+            "a bias added after the residual sum: ONNX Runtime's CPU kernel adds "
+            "(input + skip) + bias, its CUDA kernel (input + bias) + skip; folded, the sum "
+            "would be the model's on one provider only",
+        )
     shape = _residual_shape(first, second, context)
     rank = len(shape)
     if "cast" in match and match.node("cast").attrs.get("to") != context.elem_type(first):
@@ -111,7 +120,7 @@ def _check(match: Match, context: Context) -> Site:
         raise checks.Reject(
             "skip-shape", f"the normalised axis of {format_shape(shape)} has no static size"
         )
-    for name in ("skip_bias", "scale", "bias"):
+    for name in ("scale", "bias"):
         if name in match:
             _per_feature(match, name, context, hidden, rank=rank)
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
@@ -146,12 +155,12 @@ def _per_feature(
     match: Match, name: str, context: Context, hidden: int, dtype=None, rank: int | None = None
 ) -> np.ndarray | gs.Tensor:
     """The kernel's contract: gamma and beta are 1-D, one value per feature. A constant shaped
-    [1, ..., 1, hidden] of at most the input's `rank` where given (a bias of a higher rank
-    would raise the sum's) is that vector (as `dtype`); a tensor computed or fed at run time must
-    be declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
+    [1, ..., 1, hidden] of at most the input's `rank` where given (the op's output has the
+    input's rank) is that vector (as `dtype`); a tensor computed or fed at run time must be
+    declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
     as it is; anything else stays."""
     tensor = match[name]
-    reason = {"scale": "gamma-shape", "bias": "beta-shape"}.get(name, "bias-shape")
+    reason = {"scale": "gamma-shape", "bias": "beta-shape"}[name]
     if not context.reader.is_constant(tensor):
         shape, elem_type = context.shape(tensor), context.elem_type(tensor)
         if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
@@ -169,8 +178,8 @@ def _per_feature(
     if rank is not None and value.ndim > rank:
         raise checks.Reject(
             reason,
-            f"{name} of shape {format_shape(tuple(value.shape))} raises the rank of the "
-            f"rank-{rank} sum; the Skip* op would return rank {rank}",
+            f"{name} of shape {format_shape(tuple(value.shape))} has a higher rank than the "
+            f"rank-{rank} input; the Skip* op returns rank {rank}",
         )
     value = value.reshape(-1)
     return value if dtype is None else value.astype(dtype)
@@ -180,13 +189,7 @@ def _site(match: Match, norm: gs.Node, context: Context, hidden: int) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
     gamma = _per_feature(match, "scale", context, hidden, dtype)
     beta = [_per_feature(match, "bias", context, hidden, dtype)] if "bias" in match else []
-    if "skip_bias" in match:
-        folded = _per_feature(match, "skip_bias", context, hidden, dtype)
-        beta = beta or ([None] if norm.op == "LayerNormalization" else [])
-        params = [gamma, *beta, folded]
-    else:
-        params = [gamma, *beta]
-    inputs = (match["input"], match["skip"], *params)
+    inputs = (match["input"], match["skip"], gamma, *beta)
     extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream
     epsilon = float(norm.attrs.get("epsilon", 1e-5))
     op = SKIP_OPS[norm.op]

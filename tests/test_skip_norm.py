@@ -214,10 +214,15 @@ def _residual_norm(norm: str, gamma_shape: list, post_bias: bool = False):
 )
 def test_fuses_existing_norms_with_graph_input_gamma(norm, skip_op, post_bias) -> None:
     """A norm op already in the model (standard RMSNormalization too), gamma and beta fed at run
-    time but declared 1-D [hidden]; a constant bias after the residual sum is the op's bias."""
+    time but declared 1-D [hidden]. A constant bias after the residual sum is not folded (the
+    CPU and CUDA kernels add it in different orders): that site is left, `skip-bias-order`."""
     original = _residual_norm(norm, [SHAPE[-1]], post_bias)
     result = normfuse.optimize(original, passes="skip-norm")
-    assert op_types(result.model) == [skip_op]
+    if post_bias:
+        assert result.report.sites == []
+        assert [miss.reason for miss in result.report.near_misses] == ["skip-bias-order"]
+    else:
+        assert op_types(result.model) == [skip_op]
     feeds = random_inputs(original, seed=22)
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
 
