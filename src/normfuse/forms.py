@@ -68,8 +68,9 @@ class FormChoice:
         """The near-miss text when the Skip form was not chosen."""
         low, high = self.interval
         timing = (
-            f"{skip_op} at {list(self.shape)} (timed for {self.model_shape or list(self.shape)}) "
-            f"on {self.provider}: {self.ratio:.2f}x Add + {norm_op} [{low:.2f}, {high:.2f}]"
+            f"{skip_op} timed at {list(self.shape)} for the model's "
+            f"{self.model_shape or list(self.shape)} on {self.provider}: {self.ratio:.2f}x "
+            f"Add + {norm_op} [{low:.2f}, {high:.2f}]"
         )
         if self.reason() == "less-accurate" and self.errors is not None:
             unfused, skip = self.errors
