@@ -141,6 +141,43 @@ CASES = {
         [x()],
         [],
     ),
+    "range-unsqueeze-flatten": (
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "one"], ["seq"]),
+            helper.make_node("Range", ["zero", "seq", "step"], ["r"]),
+            helper.make_node("Unsqueeze", ["r", "axes"], ["u"]),
+            helper.make_node("LessOrEqual", ["u", "r"], ["le"]),
+            helper.make_node("Flatten", ["x"], ["o"], axis=2),
+        ],
+        [x()],
+        [
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array(1, np.int64), "step"),
+            ints("axes", [1]),
+        ],
+    ),
+    "expand-torch-target": (
+        # torch's expand(-1, ...): Where(target == -1, ones, target), from ConstantOfShape and Mul
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Reshape", ["s", "minus"], ["target"]),
+            helper.make_node("Shape", ["target"], ["n"]),
+            helper.make_node(
+                "ConstantOfShape",
+                ["n"],
+                ["ones"],
+                value=numpy_helper.from_array(np.ones(1, np.int64)),
+            ),
+            helper.make_node("Mul", ["ones", "minus"], ["minus_ones"]),
+            helper.make_node("Equal", ["target", "minus_ones"], ["is_minus"]),
+            helper.make_node("Where", ["is_minus", "ones", "target"], ["fixed"]),
+            helper.make_node("Expand", ["y", "fixed"], ["o"]),
+        ],
+        [x(), x("y", (1, "S", 1))],
+        [ints("minus", [-1])],
+    ),
     "unary-and-norm": (
         [
             helper.make_node("Softmax", ["x"], ["sm"], axis=1),
@@ -217,6 +254,8 @@ def test_the_derivations_that_matter_are_symbolic_not_fresh() -> None:
         "reshape-zero-and-shape": "p",
         "reshape-minus-one": "o",
         "unary-and-norm": "o",
+        "range-unsqueeze-flatten": "le",
+        "expand-torch-target": "o",
     }
     for name, out in expected.items():
         model, _ = _case(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 if TYPE_CHECKING:
@@ -31,7 +32,24 @@ SAME_AS_INPUT = frozenset(
     }
 )  # fmt: skip
 BROADCAST = frozenset(
-    {"Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "Greater", "And", "Or"}
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Where",
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Max",
+        "Min",
+    }
 )
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"})
 MAX_DEPTH = 200
@@ -62,6 +80,44 @@ def same_shape(
     except RecursionError:  # a derivation deeper than the interpreter allows: not proved
         return False
     return left is not None and left == right and not any(_fresh(t) for t in left)
+
+
+def _elementwise(op: str, operands: list[tuple]) -> tuple | None:
+    """`Mul`, `Equal` or `Where` over shape vectors (one-element ones broadcast). A dim is never
+    negative, so a symbol equals no negative size; anything not decided is None."""
+    length = max(len(operand) for operand in operands)
+    if any(len(operand) not in (1, length) for operand in operands):
+        return None
+    rows = zip(
+        *(operand * length if len(operand) == 1 else operand for operand in operands), strict=True
+    )
+    result = []
+    for row in rows:
+        if op == "Where":
+            condition, yes, no = row
+            if not (isinstance(condition, tuple) and condition[0] == "bool"):
+                return None
+            result.append(yes if condition[1] else no)
+            continue
+        a, b = row
+        if any(isinstance(t, tuple) and t[0] == "bool" for t in (a, b)):
+            return None
+        if op == "Mul":
+            if isinstance(a, int) and isinstance(b, int):
+                result.append(a * b)
+            elif 1 in (a, b):
+                result.append(b if a == 1 else a)
+            else:
+                return None
+        elif a == b:
+            result.append(("bool", True))
+        elif isinstance(a, int) and isinstance(b, int):
+            result.append(("bool", False))
+        elif any(isinstance(t, int) and t < 0 for t in (a, b)):
+            result.append(("bool", False))  # a symbol against a negative size
+        else:
+            return None
+    return tuple(result)
 
 
 def _fresh(term: Term) -> bool:
@@ -127,6 +183,14 @@ class Deriver:
             derived = self._matmul(*(self.dims(t, depth + 1) for t in inputs))
         elif node.op == "Transpose" and inputs:
             derived = self._transpose(self.dims(inputs[0], depth + 1), node.attrs.get("perm"))
+        elif node.op == "Range" and len(inputs) == 3:
+            derived = self._range(*inputs, depth)
+        elif node.op == "Flatten" and inputs:
+            derived = self._flatten(self.dims(inputs[0], depth + 1), node.attrs.get("axis", 1))
+        elif node.op == "ConstantOfShape" and inputs:
+            derived = self.values(inputs[0], depth)
+        elif node.op == "Unsqueeze" and inputs:
+            derived = self._unsqueeze(self.dims(inputs[0], depth + 1), node)
         elif node.op == "Expand" and len(inputs) == 2:
             target = self.values(inputs[1], depth)
             derived = self._broadcast([self.dims(inputs[0], depth + 1), target])
@@ -195,6 +259,48 @@ class Deriver:
             return tuple(1 if axis in axes else term for axis, term in enumerate(shape))
         return tuple(term for axis, term in enumerate(shape) if axis not in axes)
 
+    def _range(self, start, limit, delta, depth: int) -> tuple[Term, ...] | None:
+        """Range(0, n, 1) has n elements (n a dim, so not negative)."""
+        bounds = self._constant_ints(start), self._constant_ints(delta)
+        if bounds != ([0], [1]):
+            return None
+        count = self.values(limit, depth)
+        return None if count is None or len(count) != 1 else count
+
+    def _flatten(self, shape, axis: int) -> tuple[Term, ...] | None:
+        if shape is None or not -len(shape) <= axis <= len(shape):
+            return None
+        axis %= len(shape) + 1
+        return (self._product(shape[:axis]), self._product(shape[axis:]))
+
+    def _product(self, terms) -> Term:
+        """A product of terms: their size if all are sizes, the one term that is not 1, or a
+        fresh unknown."""
+        rest = [term for term in terms if term != 1]
+        if all(isinstance(term, int) for term in rest):
+            product = 1
+            for term in rest:
+                product *= term
+            return product
+        return rest[0] if len(rest) == 1 else self.new()
+
+    def _unsqueeze(self, shape, node: gs.Node) -> tuple[Term, ...] | None:
+        if shape is None:
+            return None
+        if "axes" in node.attrs:
+            count = len(node.attrs["axes"])
+        elif len(node.inputs) > 1 and self._constant_ints(node.inputs[1]) is not None:
+            count = len(self._constant_ints(node.inputs[1]))
+        else:
+            return None
+        axes = self._axes(node, len(shape) + count)
+        if axes is None or len(axes) != count:
+            return None
+        result = list(shape)
+        for axis in axes:  # ascending output positions
+            result.insert(axis, 1)
+        return tuple(result)
+
     def _split(self, shape, node: gs.Node, index: int) -> tuple[Term, ...] | None:
         if shape is None:
             return None
@@ -253,12 +359,7 @@ class Deriver:
             if term not in left:
                 return self.new()
             left.remove(term)
-        if all(isinstance(term, int) for term in left):
-            product = 1
-            for term in left:
-                product *= term
-            return product
-        return left[0] if len(left) == 1 else self.new()
+        return self._product(left)
 
     def _constant_ints(self, tensor: gs.Tensor) -> list[int] | None:
         if not self.reader.is_constant(tensor):
@@ -309,4 +410,23 @@ class Deriver:
         if node.op == "Concat" and node.attrs.get("axis") == 0:
             parts = [self.values(t, depth + 1) for t in inputs]
             return None if any(p is None for p in parts) else tuple(t for p in parts for t in p)
+        if node.op == "Reshape" and len(inputs) == 2:
+            target = self._constant_ints(inputs[1])
+            vector = self.values(inputs[0], depth + 1)
+            ok = vector is not None and target in ([-1], [len(vector)])
+            return vector if ok else None
+        if node.op == "ConstantOfShape" and inputs:
+            return self._filled(self.values(inputs[0], depth + 1), node.attrs.get("value"))
+        if node.op in ("Mul", "Equal", "Where"):
+            operands = [self.values(t, depth + 1) for t in inputs]
+            return None if any(o is None for o in operands) else _elementwise(node.op, operands)
         return None
+
+    def _filled(self, length, value) -> tuple[Term, ...] | None:
+        """ConstantOfShape's 1-D integer output: `length` copies of its integer value."""
+        if length is None or len(length) != 1 or not isinstance(length[0], int):
+            return None
+        array = np.zeros(1, np.float32) if value is None else np.asarray(value.values)
+        if array.dtype.kind not in "iu" or array.size != 1:
+            return None
+        return (int(array.reshape(-1)[0]),) * length[0]
