@@ -149,6 +149,8 @@ CASES = {
             helper.make_node("Unsqueeze", ["r", "axes"], ["u"]),
             helper.make_node("LessOrEqual", ["u", "r"], ["le"]),
             helper.make_node("Flatten", ["x"], ["o"], axis=2),
+            helper.make_node("Flatten", ["x"], ["p"], axis=-1),
+            helper.make_node("Flatten", ["x"], ["q"], axis=0),
         ],
         [x()],
         [

@@ -270,7 +270,7 @@ class Deriver:
     def _flatten(self, shape, axis: int) -> tuple[Term, ...] | None:
         if shape is None or not -len(shape) <= axis <= len(shape):
             return None
-        axis %= len(shape) + 1
+        axis = axis + len(shape) if axis < 0 else axis
         return (self._product(shape[:axis]), self._product(shape[axis:]))
 
     def _product(self, terms) -> Term:
