@@ -59,11 +59,14 @@ def test_not_applied_by_default_nor_for_target_onnx() -> None:
     assert "ort-only-form" in [miss.reason for miss in standard.report.near_misses]
 
 
-def test_symbolic_shapes_are_left_alone() -> None:
+def test_symbolic_batch_fuses_where_both_sides_derive_from_it() -> None:
+    """Input and skip both [batch, 7, 32] from the one graph input: proved the same shape
+    (tests/test_skip_exactness.py has the refusals)."""
     original = norm_model(LayerNormSpec(), shape=("batch", 7, 32), layers=2)
     result = normfuse.optimize(original, passes="layer-norm,skip-norm")
-    assert "SkipLayerNormalization" not in op_types(result.model)
-    assert "skip-shape" in [miss.reason for miss in result.report.near_misses]
+    assert op_types(result.model).count("SkipLayerNormalization") == 1
+    feeds = random_inputs(original, {"batch": 3}, seed=25)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
 
 
 def scripted_choice(use_skip: bool):
@@ -96,7 +99,8 @@ def test_form_chooser_times_both_forms_for_real() -> None:
     choice = FormChooser("cpu", runs=20).choose("layer-norm", (1, 4, 32), 1, bias=True)
     assert choice.unfused_ms > 0 and choice.skip_ms > 0
     assert choice.interval[0] <= choice.ratio <= choice.interval[1]
-    assert choice.use_skip == (choice.interval[1] < 1.0)
+    unfused_error, skip_error = choice.errors  # offset rows: accuracy weighs in too
+    assert choice.use_skip == (choice.faster() and skip_error <= unfused_error)
     assert np.isfinite(choice.ratio)
 
 
@@ -140,12 +144,15 @@ def projection_bias_model(rms: bool = False):
     ("rms", "skip_op"),
     [(False, "SkipLayerNormalization"), (True, "SkipSimplifiedLayerNormalization")],
 )
-def test_folds_the_projection_bias_into_the_skip_op(rms: bool, skip_op: str) -> None:
+def test_projection_bias_before_the_residual_stays_its_own_add(rms: bool, skip_op: str) -> None:
+    """(x + b) + skip is not the kernel's (x + skip) + b: the bias Add stays and is the op's
+    input (tests/test_skip_exactness.py shows the difference on rows where it matters)."""
     original = projection_bias_model(rms)
     result = normfuse.optimize(original, passes="skip-norm")
-    assert op_types(result.model) == [skip_op]
-    node = result.model.graph.node[0]
-    assert len(node.input) == (4 if rms else 5) and node.output[3] == "sum"
+    assert op_types(result.model) == ["Add", skip_op]
+    node = result.model.graph.node[1]
+    assert node.input[0] == result.model.graph.node[0].output[0]
+    assert len(node.input) == (3 if rms else 4) and node.output[3] == "sum"
     feeds = random_inputs(original, seed=23)
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
 
@@ -207,10 +214,15 @@ def _residual_norm(norm: str, gamma_shape: list, post_bias: bool = False):
 )
 def test_fuses_existing_norms_with_graph_input_gamma(norm, skip_op, post_bias) -> None:
     """A norm op already in the model (standard RMSNormalization too), gamma and beta fed at run
-    time but declared 1-D [hidden]; a constant bias after the residual sum is the op's bias."""
+    time but declared 1-D [hidden]. A constant bias after the residual sum is not folded (the
+    CPU and CUDA kernels add it in different orders): that site is left, `skip-bias-order`."""
     original = _residual_norm(norm, [SHAPE[-1]], post_bias)
     result = normfuse.optimize(original, passes="skip-norm")
-    assert op_types(result.model) == [skip_op]
+    if post_bias:
+        assert result.report.sites == []
+        assert [miss.reason for miss in result.report.near_misses] == ["skip-bias-order"]
+    else:
+        assert op_types(result.model) == [skip_op]
     feeds = random_inputs(original, seed=22)
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
 

@@ -84,7 +84,9 @@ def optimize(
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
-        chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}))
+        chooser = FormChooser(
+            parse_providers(tune_for)[0], dims=dict(dims or {}), model=view.model
+        )
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
     def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
