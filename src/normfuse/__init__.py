@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import guard, model_io, model_view, rewrite, targets
+from normfuse import guard, model_io, model_view, rewrite, rollback, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError, guard_rewrite
@@ -87,8 +87,13 @@ def optimize(
         chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}))
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
-    def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
+    output_guard = guard.OutputGuard(loaded.model)
+
+    def build(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
         return _optimize(loaded, view, target, passes, excluded, _name(model), chooser)
+
+    def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
+        return rollback.guarded(build, excluded, output_guard)
 
     excluded: dict[str, tuple[str, str]] = {}
     result = rewrite_excluding(excluded)
@@ -207,7 +212,7 @@ def _finalise(
     sites: list[rewrite.Site],
 ) -> onnx.ModelProto:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
-    and domains its new nodes need, proved by the output guard before anyone writes it."""
+    and domains its new nodes need (the output guard then proves it: `rollback.guarded`)."""
     if not sites:
         return _copy(original)
     optimised = _export(original, view, graph)
@@ -217,7 +222,6 @@ def _finalise(
     for domain in sorted({site.domain for site in sites} - {"ai.onnx"}):
         version = targets.default_opset(optimised) if domain == "" else 1
         targets.import_domain(optimised, domain, version)
-    guard.check_output(original, optimised, any(site.ort_only for site in sites))
     return optimised
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from normfuse import final_check
 from normfuse.constants import ConstantReader
 from normfuse.pattern import Match, Pattern, match_first
 from normfuse.targets import Emission, Target
@@ -253,9 +254,7 @@ def _decide(
     first_miss = None
     for found in group:
         try:
-            outcome = fusion_pass.check(found, context)
-            if isinstance(outcome, Site):
-                _check_scope_facts(found, context)
+            outcome = checked_site(fusion_pass, found, context)
         except Reject as reject:
             label = node_label(fusion_pass.site_key(found))
             outcome = NearMiss(fusion_pass.kind, label, reject.reason, reject.detail)
@@ -279,6 +278,19 @@ def _decide(
         if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:
             break
     return first_miss
+
+
+def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Site | None:
+    """The pass's verdict on `found`, then the one final-check path every site goes through,
+    whatever pass built it: the scope's facts, then the fused node against its op's kernel
+    contract and the replaced output (`final_check`). Raises `Reject`."""
+    outcome = fusion_pass.check(found, context)
+    if isinstance(outcome, Site):
+        _check_scope_facts(found, context)
+        unfit = final_check.problem(outcome, found, context)
+        if unfit is not None:
+            raise Reject(*unfit)
+    return outcome
 
 
 def check_attribute_values(node: gs.Node) -> None:
@@ -383,9 +395,7 @@ def _partner(
         if back is None or not all(id(user) in mine for user in back):
             continue
         try:
-            outcome = fusion_pass.check(other, context)
-            if isinstance(outcome, Site):
-                _check_scope_facts(other, context)
+            outcome = checked_site(fusion_pass, other, context)
         except Exception:  # not a norm (a Reject), or a check that trips: no partner
             continue
         if isinstance(outcome, Site):
