@@ -21,7 +21,7 @@ from onnx import helper
 
 import normfuse
 from models.builders import GraphBuilder, LayerNormSpec, add_layer_norm, norm_model
-from normfuse import final_check, guard
+from normfuse import final_check, guard, inputs
 from normfuse.rewrite import FusedNode
 
 FLOAT = onnx.TensorProto.FLOAT
@@ -298,3 +298,9 @@ def test_run_size_limit(three_norms):
         onnx.numpy_helper.from_array(np.zeros(guard.MAX_RUN_BYTES // 4 + 1, np.float32), "big")
     )
     assert not guard.runnable(big)
+
+
+def test_probe_dims_are_small():
+    model = unshaped_outputs_model(1)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "sequence"
+    assert inputs.probe_dims(model) == {"batch": 1, "sequence": inputs.PROBE_DIM}
