@@ -29,10 +29,12 @@ MS = "com.microsoft"
 
 
 class Planted:
-    """`inner`, except that the site fusing `output` is replaced by `plant(site)`."""
+    """`inner`, except that a site fusing `output` (a name or a set) is replaced by
+    `plant(site)`."""
 
-    def __init__(self, inner, output: str, plant) -> None:
-        self.inner, self.output, self.plant = inner, output, plant
+    def __init__(self, inner, output: str | set[str], plant) -> None:
+        self.outputs = {output} if isinstance(output, str) else output
+        self.inner, self.plant = inner, plant
         self.name, self.kind = inner.name, inner.kind
         self.patterns, self.shared_names = inner.patterns, inner.shared_names
         self.never_outputs = getattr(inner, "never_outputs", ())
@@ -42,7 +44,7 @@ class Planted:
 
     def check(self, match, context):
         site = self.inner.check(match, context)
-        if site is not None and site.output == self.output:
+        if site is not None and site.output in self.outputs:
             return self.plant(site)
         return site
 
@@ -52,7 +54,7 @@ def with_inputs(site, *inputs):
     return dataclasses.replace(site, fused=dataclasses.replace(site.fused, inputs=inputs))
 
 
-def plant(monkeypatch, output: str, change) -> None:
+def plant(monkeypatch, output: str | set[str], change) -> None:
     """The layer-norm pass, with the site of `output` replaced by `change(site)`."""
     planted = (Planted(LayerNormPass(), output, change),)
     monkeypatch.setattr(normfuse.passes, "select", lambda names: planted)
@@ -179,6 +181,22 @@ def test_a_float64_skip_site_is_rolled_back_and_the_norms_kept(monkeypatch, fina
     assert reasons(result.report) == [expected]
     assert "SkipLayerNormalization" not in op_counts(result.model)
     assert_kept_all_but(result, model, outputs, target)
+
+
+def test_guard_rolls_back_two_failing_sites_and_keeps_the_rest(monkeypatch):
+    """Two float64 Skip sites among five norms, past the final check: bisection finds both."""
+    bypass_final_check(monkeypatch)
+    spec = LayerNormSpec(epsilon=float(np.float32(1e-5)))
+    model = norm_model(spec, shape=(1, 7, 32), dtype=np.float64, layers=5)
+    outputs = [site.output for site in sites_of(model)]
+    planted = {outputs[1], outputs[4]}
+    plant(monkeypatch, planted, as_float64_skip)
+    result = normfuse.optimize(model)
+    assert reasons(result.report) == ["output-does-not-load"] * 2
+    assert {miss.node for miss in result.report.near_misses} == planted
+    assert [site.output for site in result.report.sites] == [o for o in outputs if o not in planted]
+    assert op_counts(result.model)["LayerNormalization"] == 3
+    assert_same_numerics(model, result.model)
 
 
 def test_guard_rolls_back_a_site_that_does_not_run(monkeypatch, three_norms):
