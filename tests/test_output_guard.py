@@ -141,6 +141,21 @@ def test_final_check_refuses_an_output_of_another_type(monkeypatch, three_norms)
     assert_kept_all_but(result, three_norms, outputs, target)
 
 
+def test_final_check_refuses_a_statistic_of_the_wrong_shape(monkeypatch, three_norms):
+    """A hand-built InvStdDev output that is x itself ([batch, 7, 32], not [batch, 7, 1])."""
+    outputs = [site.output for site in sites_of(three_norms)]
+    target = outputs[0]
+
+    def x_as_statistic(site):
+        fused = dataclasses.replace(site.fused, extra_outputs=((2, site.fused.inputs[0]),))
+        return dataclasses.replace(site, fused=fused)
+
+    plant(monkeypatch, target, x_as_statistic)
+    result = normfuse.optimize(three_norms)
+    assert reasons(result.report) == ["output-shape"]
+    assert_kept_all_but(result, three_norms, outputs, target)
+
+
 def float64_residual_model() -> onnx.ModelProto:
     spec = LayerNormSpec(epsilon=float(np.float32(1e-5)))  # exactly a float32: fused in double
     return norm_model(spec, shape=(1, 7, 32), dtype=np.float64, layers=3)

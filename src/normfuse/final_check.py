@@ -20,7 +20,7 @@ import onnx_graphsurgeon as gs
 
 if TYPE_CHECKING:  # a leaf module: the driver imports it, never the other way
     from normfuse.pattern import Match
-    from normfuse.rewrite import Context, Site
+    from normfuse.rewrite import Context, FusedNode, Site
 
 FLOAT, FLOAT16, DOUBLE = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE
 MS_DOMAIN = "com.microsoft"
@@ -30,28 +30,32 @@ NORM_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalizat
 @dataclass(frozen=True)
 class Kernel:
     """What ONNX Runtime's CPU kernel of one op accepts. `params`: the reason code of each input
-    after X (and, for `Skip*`, the skip); `same_type`: the params must have X's element type."""
+    after X (and, for `Skip*`, the skip); `same_type`: the params must have X's element type;
+    `statistics`: the indices of its optional statistics outputs (shaped like X with the
+    normalised axes 1, of the `stash_type`); a `Skip*` op's output 3 is the sum."""
 
     types: frozenset[int]
     params: tuple[str, ...]
     same_type: bool
+    statistics: frozenset[int] = frozenset()
     skip: bool = False
 
 
+ALL_FLOATS, NO_DOUBLE = frozenset({FLOAT, FLOAT16, DOUBLE}), frozenset({FLOAT, FLOAT16})
 KERNELS = {
     ("", "LayerNormalization"): Kernel(
-        frozenset({FLOAT, FLOAT16, DOUBLE}), ("gamma-shape", "beta-shape"), True
+        ALL_FLOATS, ("gamma-shape", "beta-shape"), True, frozenset({1, 2})
     ),
     ("", "SimplifiedLayerNormalization"): Kernel(
-        frozenset({FLOAT, FLOAT16, DOUBLE}), ("gamma-shape",), False
+        ALL_FLOATS, ("gamma-shape",), False, frozenset({1})
     ),
-    ("", "RMSNormalization"): Kernel(frozenset({FLOAT, FLOAT16, DOUBLE}), ("gamma-shape",), False),
+    ("", "RMSNormalization"): Kernel(ALL_FLOATS, ("gamma-shape",), False),
     # No float64 kernel ("Type 'tensor(double)' ... is invalid" at session creation).
     (MS_DOMAIN, "SkipLayerNormalization"): Kernel(
-        frozenset({FLOAT, FLOAT16}), ("gamma-shape", "beta-shape", "bias-shape"), True, True
+        NO_DOUBLE, ("gamma-shape", "beta-shape", "bias-shape"), True, skip=True
     ),
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): Kernel(
-        frozenset({FLOAT, FLOAT16}), ("gamma-shape", "bias-shape"), True, True
+        NO_DOUBLE, ("gamma-shape", "bias-shape"), True, skip=True
     ),
 }
 
@@ -92,17 +96,31 @@ def _check_site(site: Site, found: Match, context: Context) -> None:
     params = fused.inputs[2:] if kernel.skip else fused.inputs[1:]
     if kernel.skip:
         _check_skip(fused.inputs[1], shape, x_type, context)
-        normalised = shape[-1:]
+        axis = len(shape) - 1
     else:
-        normalised = shape[_axis(fused.attrs.get("axis", -1), len(shape)) :]
+        axis = _axis(fused.attrs.get("axis", -1), len(shape))
     if len(params) > len(kernel.params):
         raise Unfit("unsupported-op", f"{fused.op} takes {len(kernel.params)} parameters")
     for param, reason in zip(params, kernel.params, strict=False):
         if param is not None:
-            _check_param(param, reason, normalised, x_type if kernel.same_type else None, context)
-    for _, tensor in fused.extra_outputs:
-        if fused.op.startswith("Skip"):  # the sum: X's shape and type
+            same = x_type if kernel.same_type else None
+            _check_param(param, reason, shape[axis:], same, context)
+    _check_extra_outputs(fused, kernel, shape, axis, x_type, context)
+
+
+def _check_extra_outputs(
+    fused: FusedNode, kernel: Kernel, shape: tuple, axis: int, x_type: int, context: Context
+) -> None:
+    """Each further output the fused node provides is one the op has, of its shape and type."""
+    for index, tensor in fused.extra_outputs:
+        if kernel.skip and index == 3:  # input + skip (+ bias): X's shape and type
             _check_like(tensor, x_type, shape, "output-shape", context)
+        elif index in kernel.statistics and fused.layout is None:
+            reduced = shape[:axis] + (1,) * (len(shape) - axis)
+            stash_type = fused.attrs.get("stash_type", FLOAT)
+            _check_like(tensor, stash_type, reduced, "output-shape", context)
+        else:
+            raise Unfit("unsupported-op", f"{fused.op} gives no output {index} normfuse can use")
 
 
 def _elem_type(value: gs.Tensor | np.ndarray, context: Context) -> int | None:
