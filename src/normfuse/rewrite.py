@@ -2,9 +2,10 @@
 
 A pass declares patterns and a `check` that turns a match into a `Site` (fuse) or a `NearMiss`
 (explain why not). The driver, not the pass, decides what may be removed: it collects every match
-first, rejects matches whose intermediates escape the subgraph, keeps the largest acceptable
-candidate per site, then rewires all chosen sites at once, keeping each output tensor's name, and
-cleans up and sorts the graph once. Passes run in order until none fuses anything.
+first, puts every site through one final check whatever pass built it (`checked_site`:
+`final_check.py`), rejects matches whose intermediates escape the subgraph, keeps the largest
+acceptable candidate per site, then rewires all chosen sites at once, keeping each output tensor's
+name, and cleans up and sorts the graph once. Passes run in order until none fuses anything.
 """
 
 from __future__ import annotations
