@@ -311,6 +311,45 @@ def test_a_norm_sized_from_a_wrong_inferred_dim_never_reaches_the_output():
     assert_same_numerics(model, result.model)
 
 
+def rank_raising_residual_model(hidden: int = 8) -> onnx.ModelProto:
+    """Issue 21, class 5: `(a + b) + s` with a constant b [1, 1, 1, H] and a, s [2, 4, H], so the
+    sum and the norm's output are [1, 2, 4, H]; a Skip op would return [2, 4, H]."""
+    rng = np.random.default_rng(0)
+    arrays = {
+        "b": rng.normal(size=(1, 1, 1, hidden)),
+        "g": rng.uniform(0.5, 1.5, hidden),
+        "beta": rng.normal(size=hidden),
+    }
+    initializers = [
+        onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in arrays.items()
+    ]
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["ab"]),
+        helper.make_node("Add", ["ab", "s"], ["sum"]),
+        helper.make_node("LayerNormalization", ["sum", "g", "beta"], ["y"], epsilon=1e-5),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "rank_raising",
+        [helper.make_tensor_value_info(name, FLOAT, [2, 4, hidden]) for name in ("a", "s")],
+        [helper.make_tensor_value_info("y", FLOAT, [1, 2, 4, hidden])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_residual_fusion_that_would_lower_the_rank_is_refused():
+    model = rank_raising_residual_model()
+    result = normfuse.optimize(model, passes="skip-norm")
+    assert result.report.sites == []
+    # The final check's reason; the pass may come to refuse it first with its own bias rule.
+    assert reasons(result.report) in (["output-shape"], ["bias-shape"])
+    assert "SkipLayerNormalization" not in op_counts(result.model)
+    assert_same_numerics(model, result.model)
+
+
 def test_bisection_rebuilds_logarithmically(monkeypatch):
     """One failing site among 16: the rollback rebuilds the model at most 2·log2(16) + 2 times
     (the first build, the bisection, the final build), not once per site."""
