@@ -28,6 +28,8 @@ from normfuse.errors import NormfuseError
 from normfuse.scopes import overridable
 
 MAX_DIM = 2**31 - 1
+# The size of a symbolic dim that is not batch-like in a run that only proves a model runs.
+PROBE_DIM = 3
 # Generated and loaded inputs together may take this many bytes (checked before allocating).
 MAX_INPUT_BYTES = 4 * 2**30
 _BATCH_LIKE = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
@@ -61,6 +63,17 @@ def input_hint(dims: dict[str, int], npz: str | None) -> str:
     if given:
         return f"check --dims {given}, or give --inputs FILE.npz"
     return "give --dims or --inputs"
+
+
+def probe_dims(model: onnx.ModelProto) -> dict[str, int]:
+    """Small sizes for the named symbolic dims of `model`'s inputs: 1 for a batch-like one,
+    `PROBE_DIM` for any other (the output guard's one run)."""
+    return {
+        dim.dim_param: 1 if _BATCH_LIKE.search(dim.dim_param) else PROBE_DIM
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and not dim.HasField("dim_value")
+    }
 
 
 def make_inputs(

@@ -2,9 +2,10 @@
 
 A pass declares patterns and a `check` that turns a match into a `Site` (fuse) or a `NearMiss`
 (explain why not). The driver, not the pass, decides what may be removed: it collects every match
-first, rejects matches whose intermediates escape the subgraph, keeps the largest acceptable
-candidate per site, then rewires all chosen sites at once, keeping each output tensor's name, and
-cleans up and sorts the graph once. Passes run in order until none fuses anything.
+first, puts every site through one final check whatever pass built it (`checked_site`:
+`final_check.py`), rejects matches whose intermediates escape the subgraph, keeps the largest
+acceptable candidate per site, then rewires all chosen sites at once, keeping each output tensor's
+name, and cleans up and sorts the graph once. Passes run in order until none fuses anything.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from normfuse import final_check
 from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
 from normfuse.pattern import Match, Pattern, match_first, root_ops
 from normfuse.targets import Emission, Target
@@ -281,9 +283,7 @@ def _decide(
     first_miss = None
     for found in group:
         try:
-            outcome = fusion_pass.check(found, context)
-            if isinstance(outcome, Site):
-                _check_scope_facts(found, context)
+            outcome = checked_site(fusion_pass, found, context)
         except Reject as reject:
             label = node_label(fusion_pass.site_key(found))
             outcome = NearMiss(fusion_pass.kind, label, reject.reason, reject.detail)
@@ -307,6 +307,19 @@ def _decide(
         if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:
             break
     return first_miss
+
+
+def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Site | None:
+    """The pass's verdict on `found`, then the one final-check path every site goes through,
+    whatever pass built it: the scope's facts, then the fused node against its op's kernel
+    contract and the replaced output (`final_check`). Raises `Reject`."""
+    outcome = fusion_pass.check(found, context)
+    if isinstance(outcome, Site):
+        _check_scope_facts(found, context)
+        unfit = final_check.problem(outcome, found, context)
+        if unfit is not None:
+            raise Reject(*unfit)
+    return outcome
 
 
 def check_attribute_values(node: gs.Node) -> None:
@@ -431,9 +444,7 @@ def _partner(
 
 def _exactly_a_site(found: Match, fusion_pass: FusionPass, context: Context) -> bool:
     try:
-        outcome = fusion_pass.check(found, context)
-        if isinstance(outcome, Site):
-            _check_scope_facts(found, context)
+        outcome = checked_site(fusion_pass, found, context)
     except Exception:  # not a norm (a Reject), or a check that trips: no partner
         return False
     return isinstance(outcome, Site)
