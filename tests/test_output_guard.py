@@ -305,7 +305,7 @@ def test_a_norm_sized_from_a_wrong_inferred_dim_never_reaches_the_output():
     model = pooled_norms_model()
     result = normfuse.optimize(model)
     [miss] = result.report.near_misses
-    assert miss.reason in {"output-does-not-run", "unknown-shape"}
+    assert miss.reason == "unknown-shape"  # the pooled dim is not one ORT agrees with
     assert [site.input for site in result.report.sites] == ["x"]
     assert op_counts(result.model)["LayerNormalization"] == 1
     assert_same_numerics(model, result.model)
@@ -344,8 +344,9 @@ def test_a_residual_fusion_that_would_lower_the_rank_is_refused():
     model = rank_raising_residual_model()
     result = normfuse.optimize(model, passes="skip-norm")
     assert result.report.sites == []
-    # The final check's reason; the pass may come to refuse it first with its own bias rule.
-    assert reasons(result.report) in (["output-shape"], ["bias-shape"])
+    # The pass refuses it first (input and skip are not proved one shape); the final check's
+    # `output-shape` is the backstop, tested on planted sites above.
+    assert reasons(result.report) == ["skip-shape"]
     assert "SkipLayerNormalization" not in op_counts(result.model)
     assert_same_numerics(model, result.model)
 

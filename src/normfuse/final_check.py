@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from normfuse.same_shape import format_shape, same_shape
+
 if TYPE_CHECKING:  # a leaf module: the driver imports it, never the other way
     from normfuse.pattern import Match
     from normfuse.rewrite import Context, FusedNode, Site
@@ -95,7 +97,7 @@ def _check_site(site: Site, found: Match, context: Context) -> None:
     _check_output(site, found.root, x_type, shape, context)
     params = fused.inputs[2:] if kernel.skip else fused.inputs[1:]
     if kernel.skip:
-        _check_skip(fused.inputs[1], shape, x_type, context)
+        _check_skip(x, fused.inputs[1], shape, x_type, context)
         axis = len(shape) - 1
     else:
         axis = _axis(fused.attrs.get("axis", -1), len(shape))
@@ -197,16 +199,26 @@ def _agree(a: tuple, b: tuple) -> bool:
     )
 
 
-def _check_skip(skip: gs.Tensor | None, shape: tuple, x_type: int, context: Context) -> None:
-    """The `Skip*` kernels take a 2-D or 3-D input with a static hidden size, and a skip of the
-    same shape and type."""
+def _check_skip(
+    x: gs.Tensor | np.ndarray, skip: gs.Tensor | None, shape: tuple, x_type: int, context: Context
+) -> None:
+    """The `Skip*` kernels take a 2-D or 3-D input with a static hidden size, and a skip proved
+    to have the same shape (symbolic dims included: `same_shape`) and type."""
     if len(shape) not in (2, 3) or not isinstance(shape[-1], int):
-        raise Unfit("skip-shape", f"Skip* ops need a 2-D or 3-D input with static hidden, {shape}")
-    if skip is None or isinstance(skip, np.ndarray):
-        raise Unfit("not-residual", "the skip input is not a graph tensor")
-    skip_shape = context.shape(skip)
-    if skip_shape != shape or context.elem_type(skip) != x_type:
-        raise Unfit("skip-shape", f"skip of shape {skip_shape} for an input of shape {shape}")
+        raise Unfit(
+            "skip-shape",
+            "Skip* ops need a 2-D or 3-D input with a static hidden size, got "
+            f"{format_shape(shape)}",
+        )
+    if skip is None or isinstance(skip, np.ndarray) or isinstance(x, np.ndarray):
+        raise Unfit("not-residual", "the input or skip is not a graph tensor")
+    same = same_shape(x, skip, context.types, context.reader)
+    if not same or context.elem_type(skip) != x_type:
+        raise Unfit(
+            "skip-shape",
+            f"skip {format_shape(context.shape(skip))} is not proved to have the shape and type "
+            f"of the input {format_shape(shape)}",
+        )
 
 
 def _check_param(
