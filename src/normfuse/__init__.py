@@ -177,10 +177,12 @@ def _contexts(
     chooser: FormChooser | None,
 ) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
     """The context for the main graph, and one per model-local function (its own types and
-    opset). One constant reader serves the whole rewrite (its folds are memoised)."""
+    opset). One constant reader serves each scope (its folds are memoised; a function's reads
+    its body at the function's opset)."""
     original = view.model
+    model_opset = targets.default_opset(original) or None
     context = rewrite.Context(
-        ConstantReader(view.base_dir),
+        ConstantReader(view.base_dir, opset=model_opset),
         view.types,
         target,
         targets.emissions(original, target),
@@ -191,6 +193,7 @@ def _contexts(
     function_contexts = {
         (function.domain, function.name): dataclasses.replace(
             context,
+            reader=ConstantReader(view.base_dir, opset=_function_opset(function, model_opset)),
             types=view.function_types[(function.domain, function.name)],
             emissions=targets.function_emissions(function, original, target),
             conflicts=frozenset(),
@@ -198,6 +201,12 @@ def _contexts(
         for function in original.functions
     }
     return context, function_contexts
+
+
+def _function_opset(function: onnx.FunctionProto, model_opset: int | None) -> int | None:
+    """The default-domain opset a function body runs at: its own import, else the model's."""
+    own = (e.version for e in function.opset_import if e.domain in ("", "ai.onnx"))
+    return next(own, model_opset)
 
 
 def _finalise(

@@ -147,15 +147,9 @@ def reduction_axes(
 def _axes(node: gs.Node, rank: int, context: Context) -> tuple[int, ...] | None:
     """`reduce_axes`, or axes computed from static shapes (`Range(axis, Size(Shape(x)))`)."""
     try:
-        axes = reduce_axes(node, rank, context.reader)
+        return reduce_axes(node, rank, context.reader, lambda t: static_value(t, context))
     except (TypeError, ValueError):  # a malformed `axes` attribute
         return None
-    if axes is not None or "axes" in node.attrs or len(node.inputs) < 2:
-        return axes
-    value = static_value(node.inputs[1], context)
-    if value is None or value.size == 0 or not np.issubdtype(value.dtype, np.integer):
-        return None
-    return _normalised_axes(value, rank)
 
 
 def _normalised_axes(value: np.ndarray, rank: int) -> tuple[int, ...] | None:
