@@ -250,24 +250,23 @@ def _gather(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
 
 
 def _concat(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
-    """Same dtype and rank; `axis` (default 1 before opset 4; negative from 11)."""
+    """Same dtype and rank along the required `axis` (negative from opset 11). Concat-1, whose
+    axis defaults to 1, is not folded: ONNX Runtime registers Concat from opset 4."""
     if any(v is None or v.dtype != inputs[0].dtype or v.ndim != inputs[0].ndim for v in inputs):
         return None
-    if "axis" not in attrs and version >= 4:
+    if inputs[0].ndim == 0:
         return None
-    axis = attrs.get("axis", 1)
-    if isinstance(axis, bool) or not isinstance(axis, int) or inputs[0].ndim == 0:
-        return None
-    axis = _axis(axis, inputs[0].ndim, negative=version >= 11)
+    axis = _axis(_int_attr(attrs, "axis"), inputs[0].ndim, negative=version >= 11)
     return np.concatenate(inputs, axis=axis)
 
 
 def _axes(version: int, attrs: dict, inputs: Inputs, since_input: int) -> list[int] | None:
-    """Axes from the attribute (before `since_input`) or the second input (from it)."""
+    """Axes from the attribute (before `since_input`) or the second input (from it); None when
+    not given. An axes input where the version has the attribute is invalid (ValueError)."""
     if version >= since_input:
         return _ints_input(inputs[1] if len(inputs) > 1 else None)
     if len(inputs) > 1:
-        return None  # invalid: `axes` is an attribute at this version
+        raise ValueError("axes is an attribute at this version")
     return _ints_attr(attrs, "axes")
 
 
@@ -373,7 +372,7 @@ _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray
     "Cast": (frozenset({6, 9, 13, 19, 21, 23, 24, 25}), _cast),
     "Identity": (frozenset({1, 13, 14, 16, 19, 21, 23, 24, 25}), _identity),
     "Gather": (frozenset({1, 11, 13}), _gather),
-    "Concat": (frozenset({1, 4, 11, 13}), _concat),
+    "Concat": (frozenset({4, 11, 13}), _concat),
     "Unsqueeze": (frozenset({1, 11, 13, 21, 23, 24, 25}), _unsqueeze),
     "Squeeze": (frozenset({1, 11, 13, 21, 23, 24, 25}), _squeeze),
     "Range": (frozenset({11, 27}), _range),
