@@ -25,7 +25,7 @@ from normfuse.folding import FOLDED_OPS
 from normfuse.rewrite import Context
 from normfuse.static_values import static_value
 from normfuse.targets import Target
-from tests.helpers import session
+from tests.helpers import assert_same_numerics, session
 
 # Why a case is declined (its `declined` field names one of these).
 DECLINES = {
@@ -404,3 +404,75 @@ def test_folder_agrees_with_reference_and_runtime(case: Case) -> None:
     runtime = _runtime(model)
     if runtime is not None:
         assert _same(ours, runtime), f"ONNX Runtime {runtime!r}, folded {ours!r}"
+
+
+# --- ReduceProd-18 with noop_with_empty_axes=1 is the identity (issue 21, item 3) ------------
+
+
+def _norm_over_last(
+    x: str, divisor: str, prefix: list[onnx.NodeProto], inits, shape: list[int]
+) -> onnx.ModelProto:
+    """A layer norm of `x` (from input x of `shape`) over its last axis whose variance is
+    ReduceSum(centered²) / divisor, flattened (the only declared type is the flat output's)."""
+    nodes = [
+        *prefix,
+        helper.make_node("ReduceMean", [x, "axes"], ["mean"]),
+        helper.make_node("Sub", [x, "mean"], ["centered"]),
+        helper.make_node("Mul", ["centered", "centered"], ["squared"]),
+        helper.make_node("ReduceSum", ["squared", "axes"], ["sum"]),
+        helper.make_node("Div", ["sum", divisor], ["variance"]),
+        helper.make_node("Add", ["variance", "epsilon"], ["shifted"]),
+        helper.make_node("Sqrt", ["shifted"], ["std"]),
+        helper.make_node("Div", ["centered", "std"], ["y"]),
+        helper.make_node("Flatten", ["y"], ["z"], axis=0),  # z is declared, not y
+    ]
+    constants = [
+        numpy_helper.from_array(a([-1], I64), "axes"),
+        numpy_helper.from_array(a(1e-5, np.float32), "epsilon"),
+        *inits,
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "noop_reduce_prod",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, int(np.prod(shape))])],
+        constants,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def _noop_prod(source: str, output: str) -> onnx.NodeProto:
+    return helper.make_node("ReduceProd", [source], [output], noop_with_empty_axes=1)
+
+
+def test_noop_reduce_prod_divisor_is_not_read_as_a_product() -> None:
+    """Divisor Cast(ReduceProd([1, 2], noop)) is [1, 2] (each column its own divisor), not 2."""
+    prefix = [
+        _noop_prod("dims", "kept"),
+        helper.make_node("Cast", ["kept"], ["divisor"], to=TensorProto.FLOAT),
+    ]
+    dims = [numpy_helper.from_array(a([1, 2], I64), "dims")]
+    model = _norm_over_last("x", "divisor", prefix, dims, [2, 4, 2])
+    _assert_left_and_same(model, "variance-divisor")
+
+
+def test_noop_reduce_prod_reshape_target_is_not_read_as_a_product() -> None:
+    """Reshape(x, ReduceProd([2, 4, 6], noop)) keeps [2, 4, 6]: the norm is over 6 elements, so a
+    variance divided by 48 is not a mean (read as a product the target flattens x to [48])."""
+    prefix = [_noop_prod("dims", "target"), helper.make_node("Reshape", ["x", "target"], ["r"])]
+    inits = [
+        numpy_helper.from_array(a([2, 4, 6], I64), "dims"),
+        numpy_helper.from_array(a(48.0, np.float32), "d"),
+    ]
+    model = _norm_over_last("r", "d", prefix, inits, [2, 4, 6])
+    _assert_left_and_same(model, "variance-divisor")
+
+
+def _assert_left_and_same(model: onnx.ModelProto, reason: str) -> None:
+    import normfuse
+
+    onnx.checker.check_model(model, full_check=True)
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert reason in [miss.reason for miss in result.report.near_misses]
+    assert_same_numerics(model, result.model)
