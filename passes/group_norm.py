@@ -6,6 +6,7 @@ What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is nev
     x ──> Reshape([0, G, -1]) ──> statistics ──> Reshape(Shape(x) | x's static shape) ──> back
     statistics: InstanceNormalization(ones[G], zeros[G])   (TorchScript; dynamo at opset 18)
               | the layer-norm statistics over the last axis, spelled out (hand-written)
+              | Cast(float32) ──> those statistics ──> Cast(float16)  (diffusers, float16)
     back ──> Mul(gamma[C, 1, 1]) ──> Add(beta[C, 1, 1]) ──> y
     (dynamo at opset 21 writes GroupNormalization-21 itself)
 
@@ -67,7 +68,8 @@ _DYNAMO_VAR = Op(
     Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted")),
     name="normed",
 )
-PATTERNS = (STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
+# A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
+PATTERNS = (Op("Cast", STATISTICS, name="downcast"), STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
 _NO_FASTER_FORM = (
     "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
