@@ -88,12 +88,12 @@ def _check(match: Match, context: Context) -> Site:
     if "skip_bias" in match:
         _per_feature(match, "skip_bias", context, shape[-1])
     for name in ("scale", "bias"):
-        if name in match:
+        if _given(match, name):
             _per_feature(match, name, context, shape[-1])
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
-        choice = chooser.choose(family, shape, elem_type, "bias" in match)
+        choice = chooser.choose(family, shape, elem_type, _given(match, "bias"))
         if not choice.use_skip:
             low, high = choice.interval
             raise checks.Reject(
@@ -102,6 +102,11 @@ def _check(match: Match, context: Context) -> Site:
                 f"Add + {norm.op} [{low:.2f}, {high:.2f}]; kept Add + {norm.op}",
             )
     return _site(match, norm, context)
+
+
+def _given(match: Match, name: str) -> bool:
+    """`name` is bound to a present input (an empty input name means the input is omitted)."""
+    return name in match and bool(match[name].name)
 
 
 def _per_feature(
@@ -132,7 +137,7 @@ def _site(match: Match, norm: gs.Node, context: Context) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
     hidden = context.shape(match["input"])[-1]
     gamma = _per_feature(match, "scale", context, hidden, dtype)
-    beta = [_per_feature(match, "bias", context, hidden, dtype)] if "bias" in match else []
+    beta = [_per_feature(match, "bias", context, hidden, dtype)] if _given(match, "bias") else []
     if "skip_bias" in match:
         folded = _per_feature(match, "skip_bias", context, hidden, dtype)
         beta = beta or ([None] if norm.op == "LayerNormalization" else [])
