@@ -33,7 +33,7 @@ import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
-from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
+from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
 from normfuse.pattern import Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, Site
 from normfuse.static_values import MAX_DEPTH
@@ -287,10 +287,7 @@ def _shape_entries(
 
 
 def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
-    if "axes" in node.attrs:
-        return list(node.attrs["axes"]) == [0]
-    axes = context.reader.value(node.inputs[1]) if len(node.inputs) > 1 else None
-    return axes is not None and axes.reshape(-1).tolist() == [0]
+    return written_axes(node, context.reader) == [0]
 
 
 def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:

@@ -20,12 +20,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from normfuse.constants import ConstantReader
+from normfuse.constants import ConstantReader, reduce_axes
 from normfuse.folding import FOLDED_OPS
 from normfuse.rewrite import Context
 from normfuse.static_values import static_value
 from normfuse.targets import Target
 from tests.helpers import assert_same_numerics, session
+
+# Edge values (inf, NaN, overflow to inf) are the point: the reference warns about them.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 # Why a case is declined (its `declined` field names one of these).
 DECLINES = {
@@ -476,3 +479,54 @@ def _assert_left_and_same(model: onnx.ModelProto, reason: str) -> None:
     assert result.report.sites == []
     assert reason in [miss.reason for miss in result.report.near_misses]
     assert_same_numerics(model, result.model)
+
+
+# --- the axes a Reduce* node reduces (`reduce_axes`), against the reference's output shape ----
+
+
+def _reduce_cases() -> list[Case]:
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4) + 1
+    cases = []
+    for op, opset in [(op, v) for op in ("ReduceMean", "ReduceSum") for v in (1, 11, 13, 18)]:
+        axes_input = opset >= 18 or (op == "ReduceSum" and opset >= 13)
+        noop_values = (None, 0, 1) if axes_input else (None,)
+        for axes, noop in itertools.product((None, [], [0], [-1], [0, 2], [1, 1]), noop_values):
+            attrs = {} if noop is None else {"noop_with_empty_axes": noop}
+            if axes is None:
+                inputs = (data,)
+            elif axes_input:
+                inputs = (data, a(axes, I64))
+            else:
+                inputs, attrs = (data,), {**attrs, "axes": axes}
+            # Negative axes before opset 11 (undefined by the spec): the reference and ONNX
+            # Runtime both count them from the back, so the matcher reads them so too.
+            repeated = axes is not None and len(set(axes)) != len(axes)
+            declined = "invalid" if repeated else None
+            cases.append(Case(op, opset, inputs, attrs, declined))
+    cases += [
+        Case("ReduceMean", 13, (data, a([0], I64)), declined="invalid"),  # an input at 13
+        Case("ReduceMean", 18, (data,), {"axes": [0]}, declined="invalid"),  # an attribute at 18
+        Case("ReduceMean", 13, (data,), {"noop_with_empty_axes": 1}, declined="invalid"),
+    ]
+    return cases
+
+
+REDUCE_CASES = _reduce_cases()
+
+
+@pytest.mark.parametrize("case", REDUCE_CASES, ids=[case.id for case in REDUCE_CASES])
+def test_reduce_axes_agree_with_the_reference(case: Case) -> None:
+    """The axes reduced are those the reference's keepdims output has at 1 (every input dim is
+    above 1); a no-op reduction (the identity) and an invalid node have no axes (None)."""
+    model = _model(case)
+    graph = gs.import_onnx(model)
+    node = graph.nodes[0]
+    found = reduce_axes(node, 3, ConstantReader(None, opset=case.opset))
+    if case.declined is not None:
+        assert found is None
+        return
+    output = _reference(model)
+    assert output is not None
+    reduced = tuple(axis - 3 for axis in range(3) if output.shape[axis] == 1)
+    identity = output.shape == case.inputs[0].shape
+    assert found == (None if identity else reduced)

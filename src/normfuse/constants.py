@@ -197,14 +197,9 @@ def reduce_axes(
     `noop_with_empty_axes` (where the version defines it) makes the node the identity. An
     attribute or input the version does not define, or a repeated axis, is not decidable.
     """
-    if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
-        return None
-    attrs = resolved_attributes(node.op, reader.opset, node.attrs)
-    if attrs is None:
-        return None
-    from_input = len(schema(node.op, reader.opset).inputs) > 1
-    axes = _written_axes(node, attrs, from_input, read or reader.value)
-    if axes is None:
+    attrs = _attributes(node, reader)
+    axes = written_axes(node, reader, read)
+    if attrs is None or axes is None:
         return None
     if not axes:
         if attrs.get("noop_with_empty_axes", 0) or rank is None:
@@ -218,12 +213,28 @@ def reduce_axes(
     return tuple(sorted(normalised))
 
 
-def _written_axes(
-    node: gs.Node, attrs: dict, from_input: bool, read: Callable[[gs.Tensor], np.ndarray | None]
+def _attributes(node: gs.Node, reader: ConstantReader) -> dict | None:
+    """`node`'s attributes with the schema's defaults at the reader's opset; None for attribute
+    references or an attribute the version does not define."""
+    if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
+        return None
+    return resolved_attributes(node.op, reader.opset, node.attrs)
+
+
+def written_axes(
+    node: gs.Node,
+    reader: ConstantReader,
+    read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
 ) -> list[int] | None:
-    """The axes as written (empty: none given), from the input or the attribute; None when
-    unreadable or written where the version does not look."""
-    if not from_input:
+    """The axes written on a Reduce*, Squeeze or Unsqueeze node (empty: none given), from the
+    attribute or the second input, whichever its version at the reader's opset defines (`read`
+    reads the input; default: the reader's constants); None when unreadable or written where
+    the version does not look."""
+    attrs = _attributes(node, reader)
+    if attrs is None:
+        return None
+    read = read or reader.value
+    if len(schema(node.op, reader.opset).inputs) == 1:
         if len(node.inputs) > 1:
             return None
         written = attrs.get("axes", [])

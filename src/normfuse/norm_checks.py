@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse.constants import reduce_axes
+from normfuse.constants import reduce_axes, written_axes
 from normfuse.pattern import Match
 from normfuse.rewrite import (
     INTERMEDIATE_USED_ELSEWHERE,
@@ -173,13 +173,8 @@ def _check_keepdims(
         raise Reject("unsqueeze-axes", f"{node.name!r} keeps its dims and is unsqueezed after")
     if unsqueeze is None:
         raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
-    if "axes" in unsqueeze.attrs:
-        restored = np.array(unsqueeze.attrs["axes"]).reshape(-1)
-    elif len(unsqueeze.inputs) > 1:
-        restored = static_value(unsqueeze.inputs[1], context)
-    else:
-        restored = None
-    restored = None if restored is None else _normalised_axes(restored, rank)
+    written = written_axes(unsqueeze, context.reader, lambda t: static_value(t, context))
+    restored = _normalised_axes(np.array(written, np.int64), rank) if written else None
     if restored != axes:
         raise Reject(
             "unsqueeze-axes",
