@@ -20,6 +20,7 @@ from normfuse import guard, model_io, model_view, rewrite, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError, guard_rewrite
+from normfuse.folding import Opset
 from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
@@ -203,10 +204,14 @@ def _contexts(
     return context, function_contexts
 
 
-def _function_opset(function: onnx.FunctionProto, model_opset: int | None) -> int | None:
-    """The default-domain opset a function body runs at: its own import, else the model's."""
-    own = (e.version for e in function.opset_import if e.domain in ("", "ai.onnx"))
-    return next(own, model_opset)
+def _function_opset(function: onnx.FunctionProto, model_opset: int | None) -> Opset:
+    """The default-domain opset a function body is read at: its own import, and the model's
+    where that differs (ONNX Runtime inlines the body at the model's opset, the spec reads it at
+    the function's: a node is folded or matched only where both mean the same)."""
+    own = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), None)
+    if own is None or model_opset is None or own == model_opset:
+        return own or model_opset
+    return (own, model_opset)
 
 
 def _finalise(

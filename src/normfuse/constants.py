@@ -15,7 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
-from normfuse.folding import fold, resolved_attributes, schema
+from normfuse.folding import Opset, fold, resolved_attributes, schema
 
 DEFAULT_MAX_ELEMENTS = 1 << 20
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
@@ -26,7 +26,8 @@ _FOLDED = ("Cast", "Add", "Sub", "Mul", "Div")
 
 class ConstantReader:
     """Reads constant tensor values of one scope; `base_dir` resolves external-data locations,
-    `opset` is the scope's default-domain opset (the main graph's, or a function's own), which
+    `opset` is the scope's default-domain opset (the main graph's; a function's own, with its
+    model's where they differ: a node is read only where it means the same at both), which
     decides what each folded op means (None: unknown, nothing is folded).
 
     A tensor is a constant only if it is an initializer that no caller can override (those are
@@ -39,7 +40,7 @@ class ConstantReader:
         self,
         base_dir: Path | None,
         max_elements: int = DEFAULT_MAX_ELEMENTS,
-        opset: int | None = None,
+        opset: Opset = None,
     ) -> None:
         self.base_dir = base_dir
         self.opset = opset

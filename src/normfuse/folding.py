@@ -36,19 +36,36 @@ _NUMERIC_TYPES = {
 }
 
 
+# The default-domain opset a scope is read at: one version, or several the scope's nodes must
+# mean the same at (a function importing another opset than its model's: ONNX Runtime inlines
+# the body at the model's); None: unknown.
+Opset = int | tuple[int, ...] | None
+
+
+def schema(op: str, opset: Opset) -> onnx.defs.OpSchema | None:
+    """The default-domain schema of `op` in force at `opset` (the same version at each of its
+    opsets), or None: an unknown op or opset, or versions that differ."""
+    opsets = (opset,) if isinstance(opset, int) else opset or ()
+    found = [_schema(op, version) for version in opsets]
+    if not found or any(f is None for f in found):
+        return None
+    if len({f.since_version for f in found}) != 1:
+        return None
+    return found[0]
+
+
 @lru_cache(maxsize=512)
-def schema(op: str, opset: int) -> onnx.defs.OpSchema | None:
-    """The default-domain schema of `op` in force at `opset`, or None (unknown op or opset)."""
+def _schema(op: str, opset: int) -> onnx.defs.OpSchema | None:
     try:
         return onnx.defs.get_schema(op, opset, "")
     except onnx.defs.SchemaError:
         return None
 
 
-def resolved_attributes(op: str, opset: int | None, attrs: dict) -> dict | None:
+def resolved_attributes(op: str, opset: Opset, attrs: dict) -> dict | None:
     """`attrs` with the schema's defaults filled in, or None when `opset` is unknown or an
     attribute is not defined by the op's version at `opset` (the model is not valid)."""
-    found = None if opset is None else schema(op, opset)
+    found = schema(op, opset)
     if found is None or any(name not in found.attributes for name in attrs):
         return None
     resolved = dict(attrs)
@@ -59,7 +76,7 @@ def resolved_attributes(op: str, opset: int | None, attrs: dict) -> dict | None:
 
 
 def fold(
-    op: str, opset: int | None, attrs: dict, inputs: Inputs, max_elements: int
+    op: str, opset: Opset, attrs: dict, inputs: Inputs, max_elements: int
 ) -> np.ndarray | None:
     """The output of `op` (default domain, version in force at `opset`) on `inputs`, exactly, or
     None. Results above `max_elements` elements are not computed."""

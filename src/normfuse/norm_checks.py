@@ -15,6 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes, written_axes
+from normfuse.folding import schema
 from normfuse.pattern import Match
 from normfuse.rewrite import (
     INTERMEDIATE_USED_ELSEWHERE,
@@ -123,7 +124,7 @@ def reduction_axes(
         check_attribute_values(node)
     found = [_axes(node, rank, context) for node in nodes]
     if any(axes is None for axes in found):
-        raise Reject("unknown-axes", "reduction axes are not constant")
+        raise Reject("unknown-axes", _no_axes(nodes, context))
     for node, axes in zip(nodes, found, strict=True):
         _check_keepdims(node, axes, rank, context, (unsqueezed or {}).get(id(node)))
     if len(set(found)) > 1:
@@ -142,6 +143,19 @@ def reduction_axes(
             f"axes {axes} of a rank-{rank} tensor include the first axis but not all trailing ones",
         )
     raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
+
+
+def _no_axes(nodes: list[gs.Node], context: Context) -> str:
+    """Why the axes of `nodes` are not known: the version of an op is not one at every opset the
+    scope is read at (a function importing another opset than its model), or not constant."""
+    opset = context.reader.opset
+    unversioned = next((node.op for node in nodes if schema(node.op, opset) is None), None)
+    if unversioned is not None and isinstance(opset, tuple):
+        return (
+            f"{unversioned} is another version at the function's opset {opset[0]} than at the "
+            f"model's {opset[1]}, at which ONNX Runtime inlines the body"
+        )
+    return "reduction axes are not constant"
 
 
 def _axes(node: gs.Node, rank: int, context: Context) -> tuple[int, ...] | None:
