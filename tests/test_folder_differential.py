@@ -385,7 +385,86 @@ def _reduce_prod_cases() -> list[Case]:
     return cases
 
 
-CASES = _arithmetic_cases() + _cast_cases() + _shape_cases() + _reduce_prod_cases()
+def _slice_cases() -> list[Case]:
+    data = np.arange(24, dtype=I64).reshape(2, 3, 4)
+    big, small = 2**63 - 1, -(2**63)
+    spans = [  # (starts, ends, axes, steps)
+        ([0], [1], None, None),
+        ([1, 0], [2, 3], [0, 1], [1, 2]),
+        ([-1], [big], [-1], None),
+        ([-1], [small], [2], [-1]),
+        ([3], [0], [2], [-2]),
+        ([0], [-1], [1], None),
+        ([10], [20], [2], None),
+        ([-10], [10], [0], None),
+        ([2], [1], [1], None),
+        ([0, 0], [1, 1], [1, 1], None),
+        ([0], [1], [0], [0]),
+    ]
+    cases = []
+    for opset, (starts, ends, axes, steps) in itertools.product((1, 10, 11, 13), spans):
+        repeated = axes is not None and len(set(axes)) != len(axes)
+        early_negative = axes is not None and min(axes) < 0 and opset < 11
+        declined = "invalid" if repeated or steps == [0] or early_negative else None
+        if opset < 10:
+            if steps is not None:
+                continue
+            attrs = {"starts": starts, "ends": ends, **({} if axes is None else {"axes": axes})}
+            cases.append(Case("Slice", opset, (data,), attrs, declined))
+            continue
+        given = [a(starts, I64), a(ends, I64)]
+        if axes is not None or steps is not None:
+            given.append(None if axes is None else a(axes, I64))
+        if steps is not None:
+            given.append(a(steps, I64))
+        cases.append(Case("Slice", opset, (data, *given), {}, declined))
+    shape = a([2, 3, 4], I64)
+    cases += [
+        Case("Slice", 13, (shape, a([-1], np.int32), a([big], I64)), declined="invalid"),
+        Case("Slice", 13, (shape, a([-2], np.int32), a([3], np.int32))),
+        Case("Slice", 13, (np.zeros((0, 2), np.float32), a([0], I64), a([1], I64))),
+        Case("Slice", 10, (shape, a([0], I64), a([2], I64), a([-1], I64)), declined="invalid"),
+    ]
+    return cases
+
+
+def _where_expand_cases() -> list[Case]:
+    cases = []
+    condition = a([[True], [False]], np.bool_)
+    for opset, dtype in itertools.product((9, 16), (np.float32, np.float16, I64, np.int32)):
+        x, y = a([1, 2, 3], dtype), a([[-1, -2, -3]], dtype)
+        cases.append(Case("Where", opset, (condition, x, y)))
+    cases += [
+        Case("Where", 16, (a([1, 0], I64), a([1, 2], I64), a([3, 4], I64)), declined="invalid"),
+        Case("Where", 16, (condition, a([1.0], np.float32), a([1], I64)), declined="invalid"),
+    ]
+    for opset, (data, shape) in itertools.product(
+        (8, 13),
+        [
+            (a([[1], [2]], np.float32), [2, 3]),
+            (a([1, 2, 3], I64), [2, 1, 1]),
+            (a([[1], [2]], np.float16), [3, 1, 4]),
+            (a([5], I64), [0]),
+            (a([5.0], np.float32), []),
+        ],
+    ):
+        cases.append(Case("Expand", opset, (data, a(shape, I64))))
+    cases += [
+        Case("Expand", 13, (a([1, 2], I64), a([3], I64)), declined="invalid"),
+        Case("Expand", 13, (a([1], I64), a([-1], I64)), declined="invalid"),
+        Case("Expand", 13, (a([1], I64), a([2], np.int32)), declined="invalid"),
+    ]
+    return cases
+
+
+CASES = (
+    _arithmetic_cases()
+    + _cast_cases()
+    + _shape_cases()
+    + _reduce_prod_cases()
+    + _slice_cases()
+    + _where_expand_cases()
+)
 
 
 def test_every_folded_op_has_cases() -> None:

@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-Value = np.ndarray
+MAX_COMPUTED = 1 << 20  # elements a fold may allocate before its result is size-checked
 Inputs = list[np.ndarray | None]  # None: an omitted optional input
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
@@ -326,7 +326,7 @@ def _range(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     if delta == 0:
         return None
     count = max(-((start - limit) // delta), 0)
-    if count > 1 << 20:
+    if count > MAX_COMPUTED:
         return None
     return np.array([start + i * delta for i in range(count)], dtype=dtype)
 
@@ -384,6 +384,74 @@ def _reduce_prod(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None
     return product.astype(data.dtype) if _fits(product, data.dtype) else None
 
 
+def _index_input(value: np.ndarray | None) -> np.ndarray | None:
+    if value is not None and (value.ndim != 1 or value.dtype not in (np.int32, np.int64)):
+        raise TypeError("Slice indices")
+    return value
+
+
+def _slice(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """Per axis, start and end (negative ones counted from the back) clamped as the spec says
+    for the step's sign; `starts`/`ends`/`axes` attributes before opset 10, inputs (with `steps`)
+    from 10; negative axes from 11; a step of 0 or a repeated axis declined."""
+    data = inputs[0]
+    if version < 10:
+        if len(inputs) > 1:
+            return None
+        given = [_ints_attr(attrs, name) for name in ("starts", "ends", "axes")] + [None]
+    else:
+        indices = [_index_input(v) for v in [*inputs[1:], None, None, None, None][:4]]
+        if len({v.dtype for v in indices if v is not None}) > 1:
+            return None  # one index type for all (Tind)
+        given = [None if v is None else [int(i) for i in v] for v in indices]
+    starts, ends, axes, steps = given
+    if starts is None or ends is None or len(starts) != len(ends) or data.ndim == 0:
+        return None
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps:
+        return None
+    normalised = [_axis(axis, data.ndim, negative=version >= 11) for axis in axes]
+    if len(set(normalised)) != len(normalised):
+        return None
+    index = [slice(None)] * data.ndim
+    for axis, start, end, step in zip(normalised, starts, ends, steps, strict=True):
+        index[axis] = _clamped(start, end, step, data.shape[axis])
+    return data[tuple(index)]
+
+
+def _clamped(start: int, end: int, step: int, dim: int) -> slice:
+    """The Python slice selecting what ONNX's clamped start/end/step select along `dim`."""
+    start, end = start + dim if start < 0 else start, end + dim if end < 0 else end
+    if dim == 0:
+        return slice(0, 0)
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
+def _where(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """Elementwise choice by a bool condition, the three broadcast together."""
+    if len(inputs) != 3 or any(v is None for v in inputs):
+        return None
+    condition, x, y = inputs
+    if condition.dtype != np.bool_ or x.dtype != y.dtype:
+        return None
+    return np.where(condition, x, y).astype(x.dtype)
+
+
+def _expand(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """Broadcast `input` against the int64 `shape` (both ways: a 1 in `shape` keeps the dim)."""
+    data, shape = inputs
+    if shape is None or shape.ndim != 1 or shape.dtype != np.int64 or np.any(shape < 0):
+        return None
+    target = np.broadcast_shapes(data.shape, tuple(int(dim) for dim in shape))
+    if int(np.prod(target, dtype=object)) > MAX_COMPUTED:
+        return None
+    return np.broadcast_to(data, target).copy()
+
+
 _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray | None]]] = {
     **{op: (frozenset({1, 6, 7, 13, 14}), _arithmetic(op)) for op in ("Add", "Sub", "Mul", "Div")},
     "Cast": (frozenset({6, 9, 13, 19, 21, 23, 24, 25}), _cast),
@@ -396,5 +464,8 @@ _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray
     "Flatten": (frozenset({1, 9, 11, 13, 21, 23, 24, 25}), _flatten),
     "Reshape": (frozenset({5, 13, 14, 19, 21, 23, 24, 25}), _reshape),
     "ReduceProd": (frozenset({1, 11, 13, 18}), _reduce_prod),
+    "Slice": (frozenset({1, 10, 11, 13}), _slice),
+    "Where": (frozenset({9, 16}), _where),
+    "Expand": (frozenset({8, 13}), _expand),
 }
 FOLDED_OPS = frozenset(_TABLE)
