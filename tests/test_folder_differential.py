@@ -151,6 +151,7 @@ def _arithmetic_cases() -> list[Case]:
         left, right = a([-7, 7, -8, 9, 0], dtype), a([2, -2, -3, 3, 5], dtype)
         cases.append(Case(op, 14, (left, right)))
         cases.append(Case(op, 13, (a([[6], [-6]], dtype), a([4, -5], dtype))))
+        cases.append(Case(op, 14, (a(-9, dtype), a(4, dtype))))  # scalars (a dim, a count)
     cases += [
         Case("Div", 14, (a([7, 1], I64), a([0, 1], I64)), declined="zero-division"),
         Case("Add", 14, (a([100], np.int8), a([100], np.int8)), declined="overflow"),

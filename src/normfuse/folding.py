@@ -166,7 +166,7 @@ def _arithmetic(op: str) -> Callable[[int, dict, Inputs], np.ndarray | None]:
             quotients = [_truncating_div(x, y) for x, y in zip(a.flat, b.flat, strict=True)]
             result = np.array(quotients, dtype=object).reshape(shape)
         else:
-            result = _ARITHMETIC[op](a, b)
+            result = np.asarray(_ARITHMETIC[op](a, b), dtype=object)  # 0-d gives a scalar
         return result.astype(left.dtype) if _fits(result, left.dtype) else None
 
     return implementation
