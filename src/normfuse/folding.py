@@ -82,7 +82,7 @@ def fold(
     None. Results above `max_elements` elements are not computed."""
     entry = _TABLE.get(op)
     resolved = resolved_attributes(op, opset, attrs)
-    if entry is None or resolved is None or inputs[0] is None:
+    if entry is None or resolved is None or not inputs or inputs[0] is None:
         return None
     versions, implementation = entry
     version = schema(op, opset).since_version
@@ -92,7 +92,7 @@ def fold(
         result = implementation(version, resolved, inputs)
     except (KeyError, ValueError, TypeError, IndexError, OverflowError):
         return None
-    if result is None or result.size > max_elements:
+    if not isinstance(result, np.ndarray) or result.size > max_elements:
         return None
     return result
 
