@@ -6,6 +6,7 @@ What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is nev
     x ──> Reshape([0, G, -1]) ──> statistics ──> Reshape(Shape(x) | x's static shape) ──> back
     statistics: InstanceNormalization(ones[G], zeros[G])   (TorchScript; dynamo at opset 18)
               | the layer-norm statistics over the last axis, spelled out (hand-written)
+              | Cast(float32) ──> those statistics ──> Cast(float16)  (diffusers, float16)
     back ──> Mul(gamma[C, 1, 1]) ──> Add(beta[C, 1, 1]) ──> y
     (dynamo at opset 21 writes GroupNormalization-21 itself)
 
@@ -34,7 +35,7 @@ import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
-from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
+from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
 from normfuse.pattern import Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, Site
 from normfuse.static_values import MAX_DEPTH
@@ -69,7 +70,8 @@ _DYNAMO_VAR = Op(
     Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted")),
     name="normed",
 )
-PATTERNS = (STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
+# A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
+PATTERNS = (Op("Cast", STATISTICS, name="downcast"), STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
 _NO_FASTER_FORM = (
     "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
@@ -293,10 +295,7 @@ def _shape_entries(
 
 
 def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
-    if "axes" in node.attrs:
-        return list(node.attrs["axes"]) == [0]
-    axes = context.reader.value(node.inputs[1]) if len(node.inputs) > 1 else None
-    return axes is not None and axes.reshape(-1).tolist() == [0]
+    return written_axes(node, context.reader) == [0]
 
 
 def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:

@@ -121,13 +121,14 @@ def _check(match: Match, context: Context) -> Site:
             "skip-shape", f"the normalised axis of {format_shape(shape)} has no static size"
         )
     for name in ("scale", "bias"):
-        if name in match:
+        if _given(match, name):
             _per_feature(match, name, context, hidden, rank=rank)
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
         tensors = (match["sum"], first, second)  # all of the proved shape
-        choice = chooser.choose(family, shape, elem_type, "bias" in match, tensors, context.reader)
+        bias = _given(match, "bias")
+        choice = chooser.choose(family, shape, elem_type, bias, tensors, context.reader)
         if not choice.use_skip:
             raise checks.Reject(choice.reason(), choice.detail(SKIP_OPS[norm.op], norm.op))
     return _site(match, norm, context, hidden)
@@ -149,6 +150,11 @@ def _residual_shape(first: gs.Tensor, second: gs.Tensor, context: Context) -> tu
             f"input and skip {format_shape(shape)}: Skip* kernels take rank 2 or 3 only",
         )
     return shape
+
+
+def _given(match: Match, name: str) -> bool:
+    """`name` is bound to a present input (an empty input name means the input is omitted)."""
+    return name in match and bool(match[name].name)
 
 
 def _per_feature(
@@ -188,7 +194,7 @@ def _per_feature(
 def _site(match: Match, norm: gs.Node, context: Context, hidden: int) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
     gamma = _per_feature(match, "scale", context, hidden, dtype)
-    beta = [_per_feature(match, "bias", context, hidden, dtype)] if "bias" in match else []
+    beta = [_per_feature(match, "bias", context, hidden, dtype)] if _given(match, "bias") else []
     inputs = (match["input"], match["skip"], gamma, *beta)
     extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream
     epsilon = float(norm.attrs.get("epsilon", 1e-5))

@@ -572,3 +572,50 @@ def test_tune_heads_its_first_column_configuration(tmp_path: Path, capsys) -> No
     header = next(line for line in lines if "prov" in line and "median" in line)
     assert header.split()[0] == "configuration"
     assert lines[lines.index(header) + 1].split()[0] == "all"  # ORT's default, the reference
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "normfuse", *args], capture_output=True, text=True, check=False
+    )
+
+
+def _assert_one_line_error(done: subprocess.CompletedProcess, words: str) -> None:
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("normfuse: error:")
+    assert words in done.stderr
+
+
+@pytest.mark.parametrize("command", ["optimize", "inspect"])
+def test_a_path_holding_a_newline_is_escaped_on_one_line(command: str, tmp_path: Path) -> None:
+    missing = tmp_path / "two\nlines.onnx"
+    extra = ["-o", str(tmp_path / "o.onnx")] if command == "optimize" else []
+    done = _run_cli(command, str(missing), *extra)
+    _assert_one_line_error(done, "two\\nlines.onnx")
+
+
+@pytest.mark.parametrize("key", ["bogus", "basepath"])
+def test_external_data_key_onnx_runtime_refuses_is_one_line_without_warnings(
+    key: str, tmp_path: Path
+) -> None:
+    """ONNX Runtime refuses an entry with a key other than location/offset/length/checksum
+    ("model format error"); onnx ignores it with a UserWarning. Both become one line."""
+    path = tmp_path / "m.onnx"
+    onnx.save(
+        norm_model(LayerNormSpec()),
+        path,
+        save_as_external_data=True,
+        location="m.bin",
+        size_threshold=0,
+    )
+    model = onnx.load(path, load_external_data=False)
+    for tensor in model.graph.initializer:
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, "1"
+    path.write_bytes(model.SerializeToString())
+    for args in (["optimize", str(path), "-o", str(tmp_path / "o.onnx")], ["inspect", str(path)]):
+        done = _run_cli(*args)
+        _assert_one_line_error(done, f"external data key {key!r}")
+        assert "Warning" not in done.stderr
+    assert not (tmp_path / "o.onnx").exists()

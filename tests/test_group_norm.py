@@ -18,6 +18,7 @@ from models.builders import (
     GraphBuilder,
     GroupNormSpec,
     LayerNormSpec,
+    add_group_norm,
     add_layer_norm,
     group_norm_block_model,
     onnx_group_norm_function_model,
@@ -278,3 +279,42 @@ def test_onnx_group_norm_body_with_dynamic_spatial_dims_is_left_with_its_reason(
     assert result.report.sites == []
     assert result.model.SerializeToString() == original.SerializeToString()
     assert "not-channel-groups" in [miss.reason for miss in result.report.near_misses]
+
+
+def float16_group_norm_model(shape: tuple = ("batch", 8, 5, 5)) -> onnx.ModelProto:
+    """diffusers' float16 group norm: Reshape -> Cast(float32) -> statistics -> Cast(float16) ->
+    Reshape back -> per-channel scale and bias in float16."""
+    b = GraphBuilder(17, dtype=np.float16)
+    stats = LayerNormSpec(scale=False, bias=False, casts="around")
+    spec = GroupNormSpec(spelling="decomposed", stats=stats)
+    out = add_group_norm(b, "x", shape, spec, np.random.default_rng(0))
+    half = onnx.TensorProto.FLOAT16
+    graph = onnx.helper.make_graph(
+        b.nodes,
+        "float16_group_norm",
+        [onnx.helper.make_tensor_value_info("x", half, list(shape))],
+        [onnx.helper.make_tensor_value_info(out, half, list(shape))],
+        b.initializers,
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_fuses_float16_group_norm_with_float32_statistics() -> None:
+    """Both Casts go: LayerNormalization on float16 computes in float32 (stash_type 1) and rounds
+    once, as the Cast back did; nearer a float64 run than the original, or within its rounding."""
+    original = float16_group_norm_model()
+    original.ir_version = 8
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    counts = op_counts(result.model)
+    assert counts["LayerNormalization"] == 1 and "Cast" not in counts
+    onnx.checker.check_model(result.model, full_check=True)
+    for x in adversarial_inputs((3, 8, 5, 5)):
+        x = x.astype(np.float16)
+        reference = run(as_float64(original), {"x": x.astype(np.float64)})[0]
+        before, after = run(original, {"x": x})[0], run(result.model, {"x": x})[0]
+        half_ulps = 2.0**-10 * np.maximum(1.0, np.abs(reference))
+        error_before = np.abs(before.astype(np.float64) - reference)
+        error_after = np.abs(after.astype(np.float64) - reference)
+        assert np.all(error_after <= np.maximum(error_before, 2 * half_ulps))

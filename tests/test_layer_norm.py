@@ -546,3 +546,18 @@ def test_rejects_square_of_opposite_deviations() -> None:
     assert result.report.sites == []
     assert result.model.SerializeToString() == original.SerializeToString()
     assert [miss.reason for miss in result.report.near_misses] == ["not-layer-norm"]
+
+
+def test_function_body_read_at_another_opset_than_its_model_is_left_with_its_reason() -> None:
+    """A body importing opset 13 (ReduceMean's axes an attribute) in a model importing 18:
+    ONNX Runtime inlines it at 18, where that attribute does not exist; not read as a mean."""
+    from models.builders import local_function_model
+
+    original = local_function_model(opset=13)
+    original.opset_import[0].version = 18
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    [miss] = result.report.near_misses
+    assert miss.reason == "unknown-axes"
+    assert "opset 13" in miss.detail and "model's 18" in miss.detail

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FLOAT32_ATOL, max_abs_diff, op_types, random_inputs
+from helpers import FLOAT32_ATOL, assert_same_numerics, max_abs_diff, op_types, random_inputs
+from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
@@ -232,3 +233,23 @@ def test_graph_input_gamma_not_declared_per_feature_stays() -> None:
     result = normfuse.optimize(original, passes="skip-norm")
     assert result.report.sites == []
     assert [miss.reason for miss in result.report.near_misses] == ["gamma-shape"]
+
+
+def test_fuses_layer_norm_whose_bias_is_omitted_by_an_empty_name() -> None:
+    """`LayerNormalization(sum, g, "")`: an empty input name means no bias (was `beta-shape`)."""
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["sum"]),
+        helper.make_node("LayerNormalization", ["sum", "g", ""], ["y"], epsilon=1e-5),
+    ]
+    gamma = numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "g")
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 8]) for n in "ab"]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8])
+    graph = helper.make_graph(nodes, "empty_bias", inputs, [output], [gamma])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    result = normfuse.optimize(original, passes="skip-norm")
+    assert op_types(result.model) == ["SkipLayerNormalization"]
+    assert [site.kind for site in result.report.sites] == ["skip-norm"]
+    assert result.report.near_misses == []
+    assert len(result.model.graph.node[0].input) == 3  # input, skip, gamma: no beta
+    assert_same_numerics(original, result.model)

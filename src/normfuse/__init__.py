@@ -20,6 +20,7 @@ from normfuse import guard, model_io, model_view, rewrite, rollback, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError, guard_rewrite
+from normfuse.folding import Opset
 from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
@@ -196,11 +197,12 @@ def _contexts(
     blocked: dict[int, str],
 ) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
     """The context for the main graph, and one per model-local function (its own types and
-    opset), raising the opset to none of `blocked`. One constant reader serves the whole rewrite
-    (its folds are memoised)."""
+    opset), raising the opset to none of `blocked`. One constant reader serves each scope (its
+    folds are memoised; a function's reads its body at the function's opset)."""
     original = view.model
+    model_opset = targets.default_opset(original) or None
     context = rewrite.Context(
-        ConstantReader(view.base_dir),
+        ConstantReader(view.base_dir, opset=model_opset),
         view.types,
         target,
         targets.emissions(original, target, blocked),
@@ -212,6 +214,7 @@ def _contexts(
     function_contexts = {
         (function.domain, function.name): dataclasses.replace(
             context,
+            reader=ConstantReader(view.base_dir, opset=_function_opset(function, model_opset)),
             types=view.function_types[(function.domain, function.name)],
             emissions=targets.function_emissions(function, original, target, blocked),
             conflicts=frozenset(),
@@ -219,6 +222,16 @@ def _contexts(
         for function in original.functions
     }
     return context, function_contexts
+
+
+def _function_opset(function: onnx.FunctionProto, model_opset: int | None) -> Opset:
+    """The default-domain opset a function body is read at: its own import, and the model's
+    where that differs (ONNX Runtime inlines the body at the model's opset, the spec reads it at
+    the function's: a node is folded or matched only where both mean the same)."""
+    own = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), None)
+    if own is None or model_opset is None or own == model_opset:
+        return own or model_opset
+    return (own, model_opset)
 
 
 def _finalise(

@@ -26,7 +26,7 @@ import normfuse
 from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
-from normfuse.errors import NormfuseError, debugging, runtime_message
+from normfuse.errors import NormfuseError, debugging, printable, runtime_message
 from normfuse.inputs import input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
@@ -83,7 +83,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with usage errors as one line (exit 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"normfuse: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        text = printable(f"{message} (see {self.prog} --help)")
+        print(f"normfuse: error: {text}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -373,7 +374,7 @@ def _fail(message: str, code: int) -> int:
     except (OSError, ValueError, AttributeError):
         _silence_stdout()
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(f"normfuse: error: {message}", file=sys.stderr)
+        print(f"normfuse: error: {printable(message)}", file=sys.stderr)
     return code
 
 
@@ -472,7 +473,7 @@ def _optimize(args: argparse.Namespace) -> int:
             _stage_text(plan, args.report, report_path, text)
             _commit(plan)
             if outcome.status == EXIT_OK:
-                print(f"wrote {planned[0]}", file=stream)
+                print(printable(f"wrote {planned[0]}"), file=stream)
             return outcome.status
         dims = parse_dims(args.dims)
         outcomes = []
@@ -481,7 +482,7 @@ def _optimize(args: argparse.Namespace) -> int:
                 outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(item)))
                 continue
             if stream is sys.stdout and not args.quiet:  # progress, kept off stdout's table
-                print(f"{model} ...", file=sys.stderr)
+                print(printable(f"{model} ..."), file=sys.stderr)
             own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
             try:
                 outcomes.append(_optimize_one(own, model, item, destination, plan, None, None))
@@ -620,7 +621,8 @@ def _optimize_one(
     report.input = str(model_path)
     if report.validation is not None and not report.validation.passed:
         say(report.table())
-        print(f"normfuse: validation failed; {destination} not written", file=sys.stderr)
+        message = printable(f"validation failed; {destination} not written")
+        print(f"normfuse: {message}", file=sys.stderr)
         return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
     extra, later = {}, []
     if args.bench:
@@ -728,7 +730,7 @@ def _bench(args: argparse.Namespace) -> int:
             plot_ratios(report, plan.temp_path(plot_path))
         _commit(plan)
     if plot_path is not None:
-        print(f"wrote {args.plot}", file=stream)
+        print(printable(f"wrote {args.plot}"), file=stream)
     return EXIT_OK
 
 

@@ -15,6 +15,12 @@ class NormfuseError(Exception):
     """An expected failure caused by the user's input (bad file, bad option)."""
 
 
+def printable(text: str) -> str:
+    """`text` on one line: every character that is not printable (a newline or carriage return
+    in a file name, a terminal escape, a line separator) written as its Python escape."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def first_line(error: BaseException, width: int = 300) -> str:
     """The first line of an exception's message (its type's name when empty), at most `width`
     characters: what a one-line error shows of a library's multi-line message."""

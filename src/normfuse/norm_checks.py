@@ -14,7 +14,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse.constants import reduce_axes
+from normfuse.constants import reduce_axes, written_axes
+from normfuse.folding import schema
 from normfuse.pattern import Match
 from normfuse.rewrite import (
     INTERMEDIATE_USED_ELSEWHERE,
@@ -123,7 +124,7 @@ def reduction_axes(
         check_attribute_values(node)
     found = [_axes(node, rank, context) for node in nodes]
     if any(axes is None for axes in found):
-        raise Reject("unknown-axes", "reduction axes are not constant")
+        raise Reject("unknown-axes", _no_axes(nodes, context))
     for node, axes in zip(nodes, found, strict=True):
         _check_keepdims(node, axes, rank, context, (unsqueezed or {}).get(id(node)))
     if len(set(found)) > 1:
@@ -144,18 +145,25 @@ def reduction_axes(
     raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
 
 
+def _no_axes(nodes: list[gs.Node], context: Context) -> str:
+    """Why the axes of `nodes` are not known: the version of an op is not one at every opset the
+    scope is read at (a function importing another opset than its model), or not constant."""
+    opset = context.reader.opset
+    unversioned = next((node.op for node in nodes if schema(node.op, opset) is None), None)
+    if unversioned is not None and isinstance(opset, tuple):
+        return (
+            f"{unversioned} is another version at the function's opset {opset[0]} than at the "
+            f"model's {opset[1]}, at which ONNX Runtime inlines the body"
+        )
+    return "reduction axes are not constant"
+
+
 def _axes(node: gs.Node, rank: int, context: Context) -> tuple[int, ...] | None:
     """`reduce_axes`, or axes computed from static shapes (`Range(axis, Size(Shape(x)))`)."""
     try:
-        axes = reduce_axes(node, rank, context.reader)
+        return reduce_axes(node, rank, context.reader, lambda t: static_value(t, context))
     except (TypeError, ValueError):  # a malformed `axes` attribute
         return None
-    if axes is not None or "axes" in node.attrs or len(node.inputs) < 2:
-        return axes
-    value = static_value(node.inputs[1], context)
-    if value is None or value.size == 0 or not np.issubdtype(value.dtype, np.integer):
-        return None
-    return _normalised_axes(value, rank)
 
 
 def _normalised_axes(value: np.ndarray, rank: int) -> tuple[int, ...] | None:
@@ -179,13 +187,8 @@ def _check_keepdims(
         raise Reject("unsqueeze-axes", f"{node.name!r} keeps its dims and is unsqueezed after")
     if unsqueeze is None:
         raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
-    if "axes" in unsqueeze.attrs:
-        restored = np.array(unsqueeze.attrs["axes"]).reshape(-1)
-    elif len(unsqueeze.inputs) > 1:
-        restored = static_value(unsqueeze.inputs[1], context)
-    else:
-        restored = None
-    restored = None if restored is None else _normalised_axes(restored, rank)
+    written = written_axes(unsqueeze, context.reader, lambda t: static_value(t, context))
+    restored = _normalised_axes(np.array(written, np.int64), rank) if written else None
     if restored != axes:
         raise Reject(
             "unsqueeze-axes",

@@ -115,7 +115,8 @@ def fold_reshape_targets(
         graph = gs.import_onnx(model)
     except Exception:  # a graph gs cannot read: no folding
         return None
-    context = Context(ConstantReader(None), types, Target.ORT, {})
+    opset = next((e.version for e in stripped.opset_import if e.domain in ("", "ai.onnx")), None)
+    context = Context(ConstantReader(None, opset=opset), types, Target.ORT, {})
     tensors = graph.tensors()
     outputs = {info.name for info in model.graph.output}
     folded: dict[str, np.ndarray] = {}

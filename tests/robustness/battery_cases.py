@@ -771,6 +771,8 @@ for _name, _entries, _message in [
     ("location-is-a-fifo", {"location": "pipe.bin"}, "missing"),
     ("link-out-of-the-folder", {"location": "out.bin"}, "symbolic link"),
     ("link-through-a-subfolder-out", {"location": "outdir/secret.bin"}, "symbolic link"),
+    ("unknown-key", {"bogus": "1"}, "external data key 'bogus'"),
+    ("basepath-key", {"basepath": "."}, "external data key 'basepath'"),
 ]:
 
     def _external_case(w: Work, entries=_entries, message=_message) -> Run:
