@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse.constants import ConstantReader
 from normfuse.pattern import Match, Pattern, match_first
@@ -424,7 +425,7 @@ def _apply_site(emitter: _Emitter, site: Site) -> None:
     """Emit `site`'s fused node (with its Casts and Transposes) producing the site's output."""
     fused = site.fused
     name = emitter.node_name(f"{site.output}/{site.op}")
-    inputs = _fused_inputs(fused, name, emitter)
+    inputs = _fused_inputs(site, name, emitter)
     output = site.root
     output.inputs.clear()
     if fused.output_cast is not None:
@@ -494,20 +495,49 @@ class _Emitter:
         return result
 
 
-def _fused_inputs(fused: FusedNode, name: str, emitter: _Emitter) -> list[gs.Tensor]:
-    """The fused node's input tensors; arrays become new constants, trailing Nones are dropped."""
-    values = list(fused.inputs)
+def _fused_inputs(site: Site, name: str, emitter: _Emitter) -> list[gs.Tensor]:
+    """The fused node's input tensors; trailing Nones are dropped, and an array becomes the
+    site's own initializer holding exactly it (same type, shape and bytes: a weight is never
+    copied), else a new constant."""
+    values = list(site.fused.inputs)
     while values and values[-1] is None:
         values.pop()
+    own = _site_initializers(site, emitter.graph)
     inputs = []
     for index, value in enumerate(values):
         if value is None:
             inputs.append(gs.Variable.empty())
         elif isinstance(value, np.ndarray):
-            inputs.append(emitter.tensor(f"{name}/input{index}", np.ascontiguousarray(value)))
+            same = next((c for c in own if _holds_exactly(c, value)), None)
+            inputs.append(
+                same or emitter.tensor(f"{name}/input{index}", np.ascontiguousarray(value))
+            )
         else:
             inputs.append(value)
     return inputs
+
+
+def _site_initializers(site: Site, graph: gs.Graph) -> list[gs.Constant]:
+    """The inline initializers the site's nodes read (external data is never loaded here)."""
+    return [
+        tensor
+        for node in graph.nodes
+        if id(node) in site.node_ids
+        for tensor in node.inputs
+        if isinstance(tensor, gs.Constant)
+        and not (
+            isinstance(tensor._values, LazyValues)
+            and isinstance(tensor._values.tensor, onnx.TensorProto)
+            and tensor._values.tensor.data_location == onnx.TensorProto.EXTERNAL
+        )
+    ]
+
+
+def _holds_exactly(constant: gs.Constant, value: np.ndarray) -> bool:
+    """Whether `constant` is `value`: the same element type, shape and bytes."""
+    if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
+        return False
+    return constant.values.tobytes() == np.ascontiguousarray(value).tobytes()
 
 
 def node_label(node: gs.Node) -> str:
