@@ -1,0 +1,108 @@
+"""KV-cache decoders (models/kv_decoder.py): every norm fused in every scope, numerics equal at a
+decode step (sequence 1, past 32) and a prefill on both branches of a merged decoder, and weights
+stay where they were (one main-graph initializer read by both branches, external data external)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from helpers import FLOAT32_ATOL, run
+
+import normfuse
+from models.kv_decoder import (
+    DecoderConfig,
+    decoder_feeds,
+    merged_decoder_model,
+    with_past_decoder_model,
+)
+from normfuse.placement import graphs_by_scope, initializer_scopes
+
+CONFIGS = {
+    "rms": DecoderConfig(),
+    "layer": DecoderConfig(norm="layer", layers=1),
+    "rms_float16": DecoderConfig(dtype=np.float16, layers=1),
+}
+# (sequence, past): a prefill (the merged decoder's no-cache branch) and a decode step.
+STEPS = {"prefill": (8, 0), "decode": (1, 32)}
+
+
+def _norms(config: DecoderConfig) -> int:
+    """Norm sites per decoder body: two per layer and the final one."""
+    return 2 * config.layers + 1
+
+
+def _assert_close(original: onnx.ModelProto, fused: onnx.ModelProto, feeds: dict, rtol: float):
+    for expected, actual in zip(run(original, feeds), run(fused, feeds), strict=True):
+        expected, actual = expected.astype(np.float64), actual.astype(np.float64)
+        assert expected.shape == actual.shape
+        error = float(np.max(np.abs(expected - actual), initial=0.0))
+        assert error <= rtol * max(1.0, float(np.max(np.abs(expected)))), error
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_merged_decoder_fuses_every_scope_and_keeps_weights_outside(name: str) -> None:
+    config = CONFIGS[name]
+    original = merged_decoder_model(config)
+    result = normfuse.optimize(original)
+    assert not result.report.near_misses
+    assert len(result.report.sites) == 1 + 2 * _norms(config)  # main graph and both branches
+    fused = result.model
+    # Initializers: each one in the scope the original had it in, none added (scales and biases
+    # are reused), and the only ones gone are the removed subgraphs' epsilons and exponents.
+    before, after = initializer_scopes(original.graph), initializer_scopes(fused.graph)
+    assert after == {tensor: scope for tensor, scope in before.items() if tensor in after}
+    gone = set(before) - set(after)
+    assert gone and all(tensor.startswith(("epsilon", "two")) for tensor in gone)
+    assert fused.ByteSize() <= original.ByteSize()
+    rtol = FLOAT32_ATOL if config.dtype == np.float32 else 1e-2
+    for sequence, past in STEPS.values():
+        _assert_close(original, fused, decoder_feeds(original, sequence, past, batch=2), rtol)
+
+
+def test_with_past_decoder_fuses_every_norm() -> None:
+    original = with_past_decoder_model()
+    result = normfuse.optimize(original)
+    assert len(result.report.sites) == 1 + _norms(DecoderConfig())
+    assert (
+        initializer_scopes(result.model.graph).keys() <= initializer_scopes(original.graph).keys()
+    )
+    for sequence, past in STEPS.values():
+        feeds = decoder_feeds(original, sequence, past)
+        _assert_close(original, result.model, feeds, FLOAT32_ATOL)
+
+
+def test_merged_decoder_external_weights_stay_external_and_outside(tmp_path: Path) -> None:
+    """Weights in external data stay there, in the main graph, whether the output goes into the
+    source folder (referenced in place) or elsewhere (streamed into OUT.data)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    path = source / "decoder.onnx"
+    onnx.save(
+        merged_decoder_model(),
+        path,
+        save_as_external_data=True,
+        location="decoder.onnx.data",
+        size_threshold=1024,
+    )
+    stored = onnx.load(path, load_external_data=False)
+    external = {
+        t.name for t in stored.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+    }
+    assert len(external) >= 10
+    for folder in (source, tmp_path / "elsewhere"):
+        folder.mkdir(exist_ok=True)
+        out = folder / "fused.onnx"
+        normfuse.save(normfuse.optimize(path), out)
+        written = onnx.load(out, load_external_data=False)
+        main = {t.name: t for t in written.graph.initializer}
+        assert all(main[name].data_location == onnx.TensorProto.EXTERNAL for name in external)
+        for scope, graph in graphs_by_scope(written.graph):
+            if scope is not None:
+                assert not external & {t.name for t in graph.initializer}
+        assert out.stat().st_size <= path.stat().st_size
+        feeds = decoder_feeds(stored, 1, 32)
+        reloaded, fused = onnx.load(path), onnx.load(out)
+        _assert_close(reloaded, fused, feeds, FLOAT32_ATOL)
