@@ -8,6 +8,7 @@ import onnx
 import pytest
 from helpers import (
     FLOAT32_ATOL,
+    assert_float32_kernel_between_casts,
     assert_same_numerics,
     max_abs_diff,
     op_types,
@@ -58,16 +59,17 @@ def test_fuses_standard_rms_normalization_at_opset_23(name: str) -> None:
 
 
 def assert_float16_fused(original: onnx.ModelProto, op: str) -> None:
-    """Fused to `op` with every Cast gone; error against a float64 reference no worse."""
+    """Fused to `op`'s float32 kernel between Casts; error against a float64 reference at most
+    1.10x the original's (ORT CPU runs the original's statistics in float32 too)."""
     result = normfuse.optimize(original)
-    assert op_types(result.model) == expected_ops(op)
+    assert_float32_kernel_between_casts(result.model, op, LAYERS)
     feeds = random_inputs(original, {"batch": 3}, seed=9)
     reference = run(as_float64(original), {k: v.astype(np.float64) for k, v in feeds.items()})[0]
     original_out, fused_out = run(original, feeds)[0], run(result.model, feeds)[0]
     scale = np.max(np.abs(reference))
     assert np.max(np.abs(fused_out - original_out)) / scale <= 1e-2
     original_error = np.max(np.abs(original_out - reference))
-    assert np.max(np.abs(fused_out - reference)) <= max(1.5 * original_error, 1e-3 * scale)
+    assert np.max(np.abs(fused_out - reference)) <= 1.10 * original_error
 
 
 @pytest.mark.parametrize("name", sorted(RMS_NORM_FLOAT16_POSITIVES))

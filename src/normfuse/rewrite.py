@@ -57,6 +57,12 @@ class FusedNode:
     extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
     # (perm before, perm after): Transposes around the node (channel-first layer norm).
     layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # With `input_cast`, the first input is cast to that element type first (a float16 norm
+    # computed by the float32 kernel: see `norm_checks.widened_float16`).
+    input_cast: int | None = None
+    # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
+    # applies its affine after casting the statistics' result back.
+    after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -428,6 +434,13 @@ def _apply_site(emitter: _Emitter, site: Site) -> None:
     inputs = _fused_inputs(site, name, emitter)
     output = site.root
     output.inputs.clear()
+    if fused.input_cast is not None:
+        inputs[0] = emitter.fed_by(inputs[0], "Cast", {"to": fused.input_cast}, name)
+    own = _site_initializers(site, emitter.graph)
+    for op, value in reversed(list(zip(("Mul", "Add"), fused.after_cast, strict=True))):
+        if value is not None:
+            operand = _constant(value, f"{name}/{op}_operand", own, emitter)
+            output = emitter.feeding(output, op, {}, name, (operand,))
     if fused.output_cast is not None:
         output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
     if fused.layout is not None:
@@ -480,10 +493,12 @@ class _Emitter:
         self.names.tensors.add(name)
         return gs.Variable(name) if value is None else gs.Constant(name, value)
 
-    def feeding(self, output: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
-        """Add `op` producing `output` from a new tensor; return that tensor."""
+    def feeding(
+        self, output: gs.Tensor, op: str, attrs: dict, stem: str, operands: tuple = ()
+    ) -> gs.Tensor:
+        """Add `op` producing `output` from a new tensor (and `operands`); return that tensor."""
         source = self.tensor(f"{stem}/{op}_input")
-        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source], [output])
+        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source, *operands], [output])
         self.graph.nodes.append(node)
         return source
 
@@ -508,13 +523,18 @@ def _fused_inputs(site: Site, name: str, emitter: _Emitter) -> list[gs.Tensor]:
         if value is None:
             inputs.append(gs.Variable.empty())
         elif isinstance(value, np.ndarray):
-            same = next((c for c in own if _holds_exactly(c, value)), None)
-            inputs.append(
-                same or emitter.tensor(f"{name}/input{index}", np.ascontiguousarray(value))
-            )
+            inputs.append(_constant(value, f"{name}/input{index}", own, emitter))
         else:
             inputs.append(value)
     return inputs
+
+
+def _constant(
+    value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter
+) -> gs.Constant:
+    """The initializer of `own` holding exactly `value`, else a new constant."""
+    same = next((constant for constant in own if _holds_exactly(constant, value)), None)
+    return same or emitter.tensor(stem, np.ascontiguousarray(value))
 
 
 def _site_initializers(site: Site, graph: gs.Graph) -> list[gs.Constant]:
