@@ -324,3 +324,22 @@ def test_table_names_a_site_that_could_not_be_run_alone() -> None:
     table = report.table()
     assert "site 'y' (layer-norm) on cpu: rolled back: the site could not be run alone: X" in table
     assert "sites checked alone: 0 of 1" in table
+
+
+def test_table_shows_both_float64_distances_and_names_the_further_candidate() -> None:
+    """The table gives the original's and the candidate's distance to the float64 reference and
+    says when the candidate is the further one."""
+    from normfuse.validate import RunComparison, ValidationReport
+
+    reference = np.array([1.0, 2.0])
+    original = np.array([1.001, 2.0], np.float32)
+    closer, further = np.array([1.0, 2.0], np.float32), np.array([1.003, 2.0], np.float32)
+    lines = {}
+    for name, candidate in (("closer", closer), ("further", further)):
+        out = compare_output(name, original, candidate, reference=reference)
+        table = ValidationReport([RunComparison("cpu", "disable", (out,))]).table()
+        lines[name] = next(line for line in table.splitlines() if line.startswith("cpu"))
+    assert "f64 orig" in table and "f64 cand" in table
+    assert "0.001" in lines["closer"] and "further from float64" not in lines["closer"]
+    assert "0.003" in lines["further"]
+    assert "the candidate is 3.00x further from float64" in lines["further"]

@@ -122,13 +122,21 @@ class ValidationReport:
 
     def table(self) -> str:
         """One line per provider, level and output; then failing sites."""
-        lines = [f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>11}{'max rel':>11}  result"]
+        lines = [
+            f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>11}{'max rel':>11}"
+            f"{'f64 orig':>11}{'f64 cand':>11}  result"
+        ]
         for run in self.runs:
             for out in run.outputs:
                 verdict = "ok" if out.passed else f"FAIL {out.detail}"
+                original, candidate = out.reference_error_original, out.reference_error_candidate
+                if original is not None and candidate is not None and candidate > original:
+                    ratio = candidate / max(original, 1e-300)
+                    verdict += f" (the candidate is {ratio:.2f}x further from float64)"
                 lines.append(
                     f"{run.provider:<9}{run.level:<9}{out.output[:31]:<32}"
-                    f"{out.max_abs:>11.3g}{out.max_rel:>11.3g}  {verdict}"
+                    f"{out.max_abs:>11.3g}{out.max_rel:>11.3g}"
+                    f"{_distance(original):>11}{_distance(candidate):>11}  {verdict}"
                 )
         for site in self.sites:
             if not site.passed:
@@ -187,6 +195,11 @@ def compare_models(
             )
             runs.append(RunComparison(provider, level, outputs))
     return ValidationReport(runs, notes=notes)
+
+
+def _distance(value: float | None) -> str:
+    """A distance to the float64 reference for the table ("-": no reference)."""
+    return "-" if value is None else f"{value:.3g}"
 
 
 def _run(model, provider: str, level: str, base_dir, feeds: dict, what: str) -> list:
