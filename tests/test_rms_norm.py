@@ -85,6 +85,21 @@ def test_fuses_float16_layer_norm_with_casts_around_the_statistics() -> None:
     assert_float16_fused(model, "LayerNormalization")
 
 
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_float16_negated_numerator_keeps_its_sign_after_the_cast(scale: bool, bias: bool) -> None:
+    """(mean - x) / std, cast back, then the affine in float16: the sign the fused node's scale
+    carries survives moving the affine after the Cast (hypothesis found it lost without a
+    scale). Numerics against the original on every adversarial input set."""
+    spec = LAYER_NORM_POSITIVES["torchscript"].__class__(
+        casts="around", centered="mean_minus_x", scale=scale, bias=bias
+    )
+    model = norm_model(spec, dtype=np.float16, layers=LAYERS)
+    result = normfuse.optimize(model)
+    assert_float32_kernel_between_casts(result.model, "LayerNormalization", LAYERS)
+    assert_same_numerics(model, result.model, {"batch": 3}, seed=4, rtol=1e-2)
+
+
 def test_upcast_without_cast_back_keeps_the_upcast() -> None:
     """x (float16) -> Cast(float32) -> RMS in float32, output float32: the Cast stays."""
     original = _upcast_only_model()

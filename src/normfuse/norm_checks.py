@@ -421,11 +421,14 @@ def fused_site(
         input_cast, output_cast = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
         kernel_dtype = np.float32
         if _affine_after_downcast(match):  # LLaMA's spelling: the affine in float16, after
-            after_cast = tuple(
-                p.astype(io.dtype) if name in match else None
-                for name, p in zip(("scale", "bias"), (*params, None), strict=False)
-            )
-            params = (np.ones(params[0].shape, np.float32), *(None for _ in params[1:]))
+            # The model's own scale (negated with a negated numerator: exact either side of a
+            # rounding) moves after the Cast; without one, the kernel keeps its +-1.
+            scale, bias = (*params, None)[:2]
+            if "scale" in match:
+                after_cast, params = (scale, None), (np.ones(scale.shape, scale.dtype), *params[1:])
+            if "bias" in match:
+                after_cast, params = (after_cast[0], bias), (params[0], None)
+            after_cast = tuple(None if p is None else p.astype(io.dtype) for p in after_cast)
     params = tuple(p.astype(kernel_dtype) if isinstance(p, np.ndarray) else p for p in params)
     fused = FusedNode(
         emission.op,
