@@ -122,3 +122,78 @@ def test_merged_decoder_external_weights_stay_external_and_outside(tmp_path: Pat
         feeds = decoder_feeds(stored, 1, 32)
         reloaded, fused = onnx.load(path), onnx.load(out)
         _assert_close(reloaded, fused, feeds, FLOAT32_ATOL)
+
+
+def _loop_in_if_model() -> onnx.ModelProto:
+    """An If on `c` whose then-branch runs a one-trip Loop; the Loop body layer-norms its carried
+    value and multiplies it by the main graph's weight `w`, as does the else-branch."""
+    from onnx import helper, numpy_helper
+
+    from models.builders import GraphBuilder, LayerNormSpec, add_layer_norm
+
+    f32, shape = onnx.TensorProto.FLOAT, ("batch", 5, 16)
+    rng = np.random.default_rng(3)
+    b = GraphBuilder(17)
+    normed = add_layer_norm(b, "carried", shape, LayerNormSpec(), rng)
+    b.nodes += [
+        helper.make_node("MatMul", [normed, "w"], ["loop_out"]),
+        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+    ]
+    loop_body = helper.make_graph(
+        b.nodes,
+        "loop_body",
+        [
+            helper.make_tensor_value_info("iteration", onnx.TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("carried", f32, list(shape)),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("loop_out", f32, list(shape)),
+        ],
+        b.initializers,
+    )
+    then_branch = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "true"], ["then_y"], body=loop_body)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_y", f32, None)],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["else_y"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("else_y", f32, None)],
+    )
+    then_branch.node[0].input.append("x")  # the Loop's carried value starts as x
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        "loop_in_if",
+        [
+            helper.make_tensor_value_info("x", f32, list(shape)),
+            helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", f32, list(shape))],
+        [
+            numpy_helper.from_array(rng.normal(0, 0.2, (16, 16)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array(1, np.int64), "trips"),
+            numpy_helper.from_array(np.array(True), "true"),
+        ],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_weight_read_in_a_loop_inside_an_if_stays_in_the_main_graph() -> None:
+    original = _loop_in_if_model()
+    onnx.checker.check_model(original, full_check=True)
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    before, after = initializer_scopes(original.graph), initializer_scopes(result.model.graph)
+    assert after["w"] is None and after["trips"] is None
+    assert {t: s for t, s in after.items() if t in before} == {
+        t: s for t, s in before.items() if t in after
+    }
+    rng = np.random.default_rng(0)
+    x = rng.normal(1, 2, (2, 5, 16)).astype(np.float32)
+    for c in (True, False):
+        _assert_close(original, result.model, {"x": x, "c": np.array(c)}, FLOAT32_ATOL)

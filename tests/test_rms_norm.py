@@ -243,3 +243,29 @@ def test_axes_from_the_shape_over_a_dynamic_batch_are_refused() -> None:
     result = normfuse.optimize(original)
     assert result.report.sites == []
     assert [miss.reason for miss in result.report.near_misses] == ["unknown-shape"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "scale", "widened"),
+    [
+        (None, np.float16(1.5), True),  # no tuning: ONNX Runtime's CPU provider's float32 kernel
+        ("cpu", np.float16(1.5), True),
+        ("cuda", np.float16(1.5), False),  # CUDA's float16 kernel
+        ("cuda", np.float32(1 + 2**-12), True),  # a float32 scale float16 cannot hold exactly
+    ],
+)
+def test_float16_kernel_choice_per_provider(provider, scale, widened: bool) -> None:
+    """Which kernel a float16 norm gets: float32 between Casts except when tuning for CUDA, where
+    the float16 kernel is kept unless it would round a parameter."""
+    from types import SimpleNamespace
+
+    import onnx_graphsurgeon as gs
+
+    from normfuse.norm_checks import FusedIO, widened_float16
+
+    io = FusedIO(gs.Variable("x"), onnx.TensorProto.FLOAT16, np.float16, None, ())
+    chooser = None if provider is None else SimpleNamespace(provider=provider)
+    context = SimpleNamespace(form_chooser=chooser)
+    assert widened_float16(io, context, (np.full(4, scale),)) is widened
+    float32_io = FusedIO(gs.Variable("x"), onnx.TensorProto.FLOAT, np.float32, None, ())
+    assert not widened_float16(float32_io, context, (np.full(4, scale),))
