@@ -96,12 +96,18 @@ def test_zoo_has_float16_models() -> None:
     assert len(ENTRIES) >= 10
 
 
+@pytest.mark.parametrize("target", ["ort", "onnx"])
 @pytest.mark.parametrize("entry", ENTRIES, ids=[entry["file"] for entry in ENTRIES])
-def test_fused_float16_is_as_close_to_float64_as_the_original(entry: dict) -> None:
+def test_fused_float16_is_as_close_to_float64_as_the_original(entry: dict, target: str) -> None:
+    """At target onnx the opset-17 exports are not fused (RMSNormalization needs 23: nothing to
+    check there); every other case has fused sites."""
     path = MODELS_DIR / entry["file"]
     original = onnx.load(path)
-    result = normfuse.optimize(path)
-    assert result.report.sites
+    result = normfuse.optimize(path, target=target)
+    if not result.report.sites:
+        assert target == "onnx"
+        assert {miss.reason for miss in result.report.near_misses} == {"opset-too-low"}
+        return
     symbolic = {
         dim.dim_param
         for info in original.graph.input
