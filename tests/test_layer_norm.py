@@ -435,6 +435,51 @@ def test_fuses_channel_first_layer_norm_between_transposes(affine) -> None:
     assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
 
 
+def _float16_channel_first_model(channels: int = 6) -> onnx.ModelProto:
+    """Cast(x to float32), channels-first statistics, Cast back, then a float16 affine shaped
+    [C, 1, 1]; with C equal to the last dim, a [C] affine after the Transpose back would still
+    broadcast, along the wrong axis."""
+    from onnx import helper
+
+    from models.builders import GraphBuilder
+
+    b, rng = GraphBuilder(17, np.float16), np.random.default_rng(0)
+    wide = b.op("Cast", ["x"], to=onnx.TensorProto.FLOAT)
+    centered = b.op("Sub", [wide, b.reduce("ReduceMean", wide, (1,))])
+    square = b.op("Pow", [centered, b.const(2.0, "two", np.float32)])
+    variance = b.reduce("ReduceMean", square, (1,))
+    std = b.op("Sqrt", [b.op("Add", [variance, b.const(1e-6, "epsilon", np.float32)])])
+    out = b.op("Cast", [b.op("Div", [centered, std])], to=onnx.TensorProto.FLOAT16)
+    out = b.op("Mul", [b.const(rng.uniform(0.5, 1.5, (channels, 1, 1)), "scale"), out])
+    out = b.op("Add", [out, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "bias")])
+    half, shape = onnx.TensorProto.FLOAT16, ["batch", channels, 4, channels]
+    graph = helper.make_graph(
+        b.nodes,
+        "channel_first_float16",
+        [helper.make_tensor_value_info("x", half, shape)],
+        [helper.make_tensor_value_info(out, half, shape)],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_float16_channel_first_keeps_its_affine_in_the_kernel() -> None:
+    """The float32 kernel between Casts and Transposes takes the [C] affine itself (an affine
+    moved after the Transpose back would scale the last axis: a wrong fusion caught here)."""
+    original = _float16_channel_first_model()
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == [
+        "Cast",
+        "Transpose",
+        "LayerNormalization",
+        "Transpose",
+        "Cast",
+    ]
+    assert_same_numerics(original, result.model, {"batch": 2}, seed=3, rtol=1e-2)
+
+
 def test_rejects_axis_1_of_a_rank_3_tensor() -> None:
     """Statistics over axis 1 of [batch, sequence, hidden] mix tokens: not a layer norm."""
     from models.builders import channel_first_layer_norm_model

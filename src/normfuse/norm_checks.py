@@ -420,7 +420,9 @@ def fused_site(
     if widened_float16(io, context, params):
         input_cast, output_cast = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
         kernel_dtype = np.float32
-        if _affine_after_downcast(match):  # LLaMA's spelling: the affine in float16, after
+        # LLaMA's spelling: the affine in float16, after. Not with a layout: the kernel's
+        # channels-last [C] parameters would broadcast along the wrong axis after the Transpose.
+        if layout is None and _affine_after_downcast(match):
             # The model's own scale (negated with a negated numerator: exact either side of a
             # rounding) moves after the Cast; without one, the kernel keeps its +-1.
             scale, bias = (*params, None)[:2]
