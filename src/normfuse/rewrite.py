@@ -431,12 +431,12 @@ def _apply_site(emitter: _Emitter, site: Site) -> None:
     """Emit `site`'s fused node (with its Casts and Transposes) producing the site's output."""
     fused = site.fused
     name = emitter.node_name(f"{site.output}/{site.op}")
-    inputs = _fused_inputs(site, name, emitter)
+    own = _site_initializers(site, emitter.graph)
+    inputs = _fused_inputs(fused, name, own, emitter)
     output = site.root
     output.inputs.clear()
     if fused.input_cast is not None:
         inputs[0] = emitter.fed_by(inputs[0], "Cast", {"to": fused.input_cast}, name)
-    own = _site_initializers(site, emitter.graph)
     for op, value in reversed(list(zip(("Mul", "Add"), fused.after_cast, strict=True))):
         if value is not None:
             operand = _constant(value, f"{name}/{op}_operand", own, emitter)
@@ -510,14 +510,15 @@ class _Emitter:
         return result
 
 
-def _fused_inputs(site: Site, name: str, emitter: _Emitter) -> list[gs.Tensor]:
+def _fused_inputs(
+    fused: FusedNode, name: str, own: list[gs.Constant], emitter: _Emitter
+) -> list[gs.Tensor]:
     """The fused node's input tensors; trailing Nones are dropped, and an array becomes the
-    site's own initializer holding exactly it (same type, shape and bytes: a weight is never
-    copied), else a new constant."""
-    values = list(site.fused.inputs)
+    site's own initializer (`own`) holding exactly it (same type, shape and bytes: a weight is
+    never copied), else a new constant."""
+    values = list(fused.inputs)
     while values and values[-1] is None:
         values.pop()
-    own = _site_initializers(site, emitter.graph)
     inputs = []
     for index, value in enumerate(values):
         if value is None:
