@@ -226,10 +226,10 @@ def _check(match: Match, context: Context) -> Site:
     eps = checks.epsilon(match, context, checks.reduced_shape(shape, axes))
     scale = checks.affine(match, "scale", context, dims, rank)
     bias = checks.affine(match, "bias", context, dims, rank)
-    scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
+    scale = np.ones(dims, io.dtype) if scale is None else scale
     if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
         scale = -scale
-    bias = None if bias is None else bias.astype(io.dtype)
+    bias = bias
     extra = checks.statistics_outputs(match, context, io, None, shape, axes)
     return checks.fused_site(
         KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra
@@ -247,10 +247,10 @@ def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shap
     eps = checks.epsilon(match, context)
     scale = checks.channel_affine(match, "scale", context, channels, rank)
     bias = checks.channel_affine(match, "bias", context, channels, rank)
-    scale = np.ones(channels, io.dtype) if scale is None else scale.astype(io.dtype)
+    scale = np.ones(channels, io.dtype) if scale is None else scale
     if "negated_numerator" in match:
         scale = -scale
-    bias = None if bias is None else bias.astype(io.dtype)
+    bias = bias
     checks.statistics_outputs(match, context, io, "channel-first", shape, None)
     to_last = (0, *range(2, rank), 1)
     back = (0, rank - 1, *range(1, rank - 1))

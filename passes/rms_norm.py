@@ -185,5 +185,5 @@ def _check(match: Match, context: Context) -> Site:
     if "epsilon_in_sum" in match:  # sqrt((s + e) / d) == sqrt(s / d + e / d)
         eps = eps / count  # in double, fused_site requires e / d to be exactly a float32
     scale = checks.affine(match, "scale", context, dims, rank)
-    scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
+    scale = np.ones(dims, io.dtype) if scale is None else scale
     return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale,))

@@ -125,3 +125,25 @@ def assert_same_numerics(
             error = np.max(np.abs(expected[finite] - actual[finite]), initial=0.0)
             magnitude = max(1.0, np.max(np.abs(expected[finite]), initial=0.0))
             assert error <= rtol * magnitude, f"{name}: {error} > {rtol} * {magnitude}"
+
+
+DECOMPOSED_STATISTICS = {"ReduceMean", "ReduceSum", "Pow", "Sqrt", "Div", "Reciprocal", "Sub"}
+
+
+def assert_float32_kernel_between_casts(model: onnx.ModelProto, op: str, count: int) -> None:
+    """`count` `op` nodes, each the float32 kernel of a float16 norm: it reads a Cast to float32,
+    its result is cast back to float16 (then maybe a float16 Mul/Add: the original's affine after
+    its cast back), and no op of the decomposed statistics is left."""
+    producers = {output: node for node in model.graph.node for output in node.output}
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    fused = [node for node in model.graph.node if node.op_type == op]
+    assert len(fused) == count
+    for node in fused:
+        upcast = producers[node.input[0]]
+        assert (upcast.op_type, upcast.attribute[0].i) == ("Cast", onnx.TensorProto.FLOAT)
+        (downcast,) = users[node.output[0]]
+        assert (downcast.op_type, downcast.attribute[0].i) == ("Cast", onnx.TensorProto.FLOAT16)
+    assert not DECOMPOSED_STATISTICS & set(op_types(model))

@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import guard, model_io, model_view, rewrite, rollback, targets
+from normfuse import guard, model_io, model_view, placement, rewrite, rollback, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError, guard_rewrite
@@ -331,13 +331,14 @@ def _export(
     original: onnx.ModelProto, view: model_view.ModelView, graph: gs.Graph
 ) -> onnx.ModelProto:
     """The original model with its graph and local functions replaced; model-level fields, graph
-    I/O and overridable initializers (defaults of graph inputs) kept."""
+    I/O, overridable initializers (defaults of graph inputs) and every initializer's scope kept."""
     model_view.detach_from_caller(graph)
     try:
         exported_model = gs.export_onnx(graph, do_type_check=False)
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
         raise NormfuseError(f"cannot write the rewritten graph: {error}") from None
     exported = exported_model.graph
+    placement.restore_placement(view.model.graph, exported)
     optimised = _copy_without_graph(original)
     optimised.graph.CopyFrom(exported)
     if original.functions:

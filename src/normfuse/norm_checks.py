@@ -418,14 +418,33 @@ def fused_site(
     stash_type, ort_only = _stash_type(emission.op, io, context)
     if io.elem_type == onnx.TensorProto.DOUBLE:  # computed in double: epsilon must be exact
         exact_float32(eps, "epsilon")
+    input_cast, output_cast, kernel_dtype = None, io.output_cast, io.dtype
+    after_cast: tuple = (None, None)
+    if widened_float16(io, context, params):
+        input_cast, output_cast = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+        kernel_dtype = np.float32
+        # LLaMA's spelling: the affine in float16, after. Not with a layout: the kernel's
+        # channels-last [C] parameters would broadcast along the wrong axis after the Transpose.
+        if layout is None and _affine_after_downcast(match):
+            # The model's own scale (negated with a negated numerator: exact either side of a
+            # rounding) moves after the Cast; without one, the kernel keeps its +-1.
+            scale, bias = (*params, None)[:2]
+            if "scale" in match:
+                after_cast, params = (scale, None), (np.ones(scale.shape, scale.dtype), *params[1:])
+            if "bias" in match:
+                after_cast, params = (after_cast[0], bias), (params[0], None)
+            after_cast = tuple(None if p is None else p.astype(io.dtype) for p in after_cast)
+    params = tuple(p.astype(kernel_dtype) if isinstance(p, np.ndarray) else p for p in params)
     fused = FusedNode(
         emission.op,
         emission.domain,
         {"axis": axis, "epsilon": eps, "stash_type": stash_type},
         (io.x, *params),
-        io.output_cast,
+        output_cast,
         extra_outputs=extra_outputs,
         layout=layout,
+        input_cast=input_cast,
+        after_cast=after_cast,
     )
     rewired = {id(tensor) for _, tensor in extra_outputs}
     # Nodes whose outputs the fused node takes over die too (a Reciprocal of the std).
@@ -466,6 +485,48 @@ def fused_site(
         emission.ort_only or ort_only,
         frozenset(id(node) for node in match.nodes),
     )
+
+
+def widened_float16(io: FusedIO, context: Context, params: tuple) -> bool:
+    """Whether a float16 norm is emitted as the float32 kernel between Casts (x to float32, the
+    result back to float16; float16 scale and bias widened exactly), rather than the float16
+    kernel: everywhere except when tuning for CUDA. ONNX Runtime's CPU provider has no float16
+    kernels for the decomposed ops (Mul, Pow, ReduceMean, ...) nor for most neighbours (MatMul):
+    it runs them in float32 and removes the Cast pairs between them, so the original's norm output
+    reaches a float32 neighbour unrounded. The float16 kernel rounds it to float16 (fused LLaMA,
+    Gemma, Qwen2 measured 1.3-2.5x the original's distance to a float64 evaluation); the float32
+    kernel's trailing Cast is removed by the same rule, so the rounding is the original's. Both
+    kernels compute in float32 and round once, so the result is the same where it is rounded.
+    A scale or bias that float16 cannot hold exactly (Gemma's `1 + w`, computed in float32
+    inside the casts) always takes the float32 kernel: rounding it would change the model."""
+    if io.elem_type != onnx.TensorProto.FLOAT16 or io.output_cast is not None:
+        return False
+    chooser = context.form_chooser
+    if chooser is None or chooser.provider != "cuda":
+        return True
+    return any(
+        isinstance(p, np.ndarray) and not np.array_equal(p.astype(np.float16), p, equal_nan=True)
+        for p in params
+    )
+
+
+def _affine_after_downcast(match: Match) -> bool:
+    """Whether every matched node reading the scale or bias follows the cast back (the affine
+    is applied to the rounded result, in the input's type)."""
+    if "downcast" not in match:
+        return False
+    inside = {id(node) for node in match.nodes}
+    after: set[int] = set()
+    frontier = [match.node("downcast")]
+    while frontier:
+        for tensor in frontier.pop().outputs:
+            for user in tensor.outputs:
+                if id(user) in inside and id(user) not in after:
+                    after.add(id(user))
+                    frontier.append(user)
+    affine = [match[name] for name in ("scale", "bias") if name in match]
+    readers = [user for tensor in affine for user in tensor.outputs if id(user) in inside]
+    return bool(readers) and all(id(reader) in after for reader in readers)
 
 
 def _keep_producers(match: Match, kept: set[int]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse import final_check
 from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
@@ -58,6 +59,12 @@ class FusedNode:
     extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
     # (perm before, perm after): Transposes around the node (channel-first layer norm).
     layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # With `input_cast`, the first input is cast to that element type first (a float16 norm
+    # computed by the float32 kernel: see `norm_checks.widened_float16`).
+    input_cast: int | None = None
+    # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
+    # applies its affine after casting the statistics' result back.
+    after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -481,9 +488,16 @@ def _apply_site(emitter: _Emitter, site: Site) -> None:
     """Emit `site`'s fused node (with its Casts and Transposes) producing the site's output."""
     fused = site.fused
     name = emitter.node_name(f"{site.output}/{site.op}")
-    inputs = _fused_inputs(fused, name, emitter)
+    own = _site_initializers(site, emitter.graph)
+    inputs = _fused_inputs(fused, name, own, emitter)
     output = site.root
     output.inputs.clear()
+    if fused.input_cast is not None:
+        inputs[0] = emitter.fed_by(inputs[0], "Cast", {"to": fused.input_cast}, name)
+    for op, value in reversed(list(zip(("Mul", "Add"), fused.after_cast, strict=True))):
+        if value is not None:
+            operand = _constant(value, f"{name}/{op}_operand", own, emitter)
+            output = emitter.feeding(output, op, {}, name, (operand,))
     if fused.output_cast is not None:
         output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
     if fused.layout is not None:
@@ -536,10 +550,12 @@ class _Emitter:
         self.names.tensors.add(name)
         return gs.Variable(name) if value is None else gs.Constant(name, value)
 
-    def feeding(self, output: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
-        """Add `op` producing `output` from a new tensor; return that tensor."""
+    def feeding(
+        self, output: gs.Tensor, op: str, attrs: dict, stem: str, operands: tuple = ()
+    ) -> gs.Tensor:
+        """Add `op` producing `output` from a new tensor (and `operands`); return that tensor."""
         source = self.tensor(f"{stem}/{op}_input")
-        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source], [output])
+        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source, *operands], [output])
         self.graph.nodes.append(node)
         return source
 
@@ -551,8 +567,12 @@ class _Emitter:
         return result
 
 
-def _fused_inputs(fused: FusedNode, name: str, emitter: _Emitter) -> list[gs.Tensor]:
-    """The fused node's input tensors; arrays become new constants, trailing Nones are dropped."""
+def _fused_inputs(
+    fused: FusedNode, name: str, own: list[gs.Constant], emitter: _Emitter
+) -> list[gs.Tensor]:
+    """The fused node's input tensors; trailing Nones are dropped, and an array becomes the
+    site's own initializer (`own`) holding exactly it (same type, shape and bytes: a weight is
+    never copied), else a new constant."""
     values = list(fused.inputs)
     while values and values[-1] is None:
         values.pop()
@@ -561,10 +581,41 @@ def _fused_inputs(fused: FusedNode, name: str, emitter: _Emitter) -> list[gs.Ten
         if value is None:
             inputs.append(gs.Variable.empty())
         elif isinstance(value, np.ndarray):
-            inputs.append(emitter.tensor(f"{name}/input{index}", np.ascontiguousarray(value)))
+            inputs.append(_constant(value, f"{name}/input{index}", own, emitter))
         else:
             inputs.append(value)
     return inputs
+
+
+def _constant(
+    value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter
+) -> gs.Constant:
+    """The initializer of `own` holding exactly `value`, else a new constant."""
+    same = next((constant for constant in own if _holds_exactly(constant, value)), None)
+    return same or emitter.tensor(stem, np.ascontiguousarray(value))
+
+
+def _site_initializers(site: Site, graph: gs.Graph) -> list[gs.Constant]:
+    """The inline initializers the site's nodes read (external data is never loaded here)."""
+    return [
+        tensor
+        for node in graph.nodes
+        if id(node) in site.node_ids
+        for tensor in node.inputs
+        if isinstance(tensor, gs.Constant)
+        and not (
+            isinstance(tensor._values, LazyValues)
+            and isinstance(tensor._values.tensor, onnx.TensorProto)
+            and tensor._values.tensor.data_location == onnx.TensorProto.EXTERNAL
+        )
+    ]
+
+
+def _holds_exactly(constant: gs.Constant, value: np.ndarray) -> bool:
+    """Whether `constant` is `value`: the same element type, shape and bytes."""
+    if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
+        return False
+    return constant.values.tobytes() == np.ascontiguousarray(value).tobytes()
 
 
 def node_label(node: gs.Node) -> str:
