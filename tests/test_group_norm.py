@@ -300,15 +300,19 @@ def float16_group_norm_model(shape: tuple = ("batch", 8, 5, 5)) -> onnx.ModelPro
 
 
 def test_fuses_float16_group_norm_with_float32_statistics() -> None:
-    """Both Casts go: LayerNormalization on float16 computes in float32 (stash_type 1) and rounds
-    once, as the Cast back did; nearer a float64 run than the original, or within its rounding."""
+    """The statistics fuse into the float32 kernel between the model's own pair of Casts (a
+    float16 norm is emitted as Cast, float32 LayerNormalization, Cast back: docs/deploy.md);
+    nearer a float64 run than the original, or within its rounding."""
     original = float16_group_norm_model()
     original.ir_version = 8
     result = normfuse.optimize(original)
     assert [site.kind for site in result.report.sites] == ["group-norm"]
     assert result.report.near_misses == []
     counts = op_counts(result.model)
-    assert counts["LayerNormalization"] == 1 and "Cast" not in counts
+    assert counts["LayerNormalization"] == 1 and counts["Cast"] == 2
+    [norm] = [node for node in result.model.graph.node if node.op_type == "LayerNormalization"]
+    scale = next(t for t in result.model.graph.initializer if t.name == norm.input[1])
+    assert scale.data_type == onnx.TensorProto.FLOAT  # the float32 kernel
     onnx.checker.check_model(result.model, full_check=True)
     for x in adversarial_inputs((3, 8, 5, 5)):
         x = x.astype(np.float16)

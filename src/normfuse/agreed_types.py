@@ -4,9 +4,9 @@ A shape is trusted where its source is one ONNX Runtime agrees with: a declared 
 initializer or `Constant`, or a node on the allow-list (`shape_rules`) whose inputs are trusted.
 Everything else keeps its element type and loses its dims (or keeps only the ones the rule
 trusts). Bodies are walked in place: If branches; Loop and Scan bodies, whose carried state is
-trusted by induction (its body output has the static shape assumed for its input); and each call
-of a model-local function, inferred with that call's trusted input types, transitively (a call
-inside a function body is typed from that body's call).
+trusted by induction (its body output has the shape, sizes or symbols, assumed for its
+input); and each call of a model-local function, inferred with that call's trusted input types,
+transitively (a call inside a function body is typed from that body's call).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class _Walk:
         at that shape; a state that does not is dropped and the body walked again."""
         assumed = [
             outer in scope.trusted
-            and _static(scope.result.get(outer))
+            and _every_dim_named(scope.result.get(outer))
             and scope.types.get(formal.name, (0, None))[1] == scope.result[outer][1]
             for outer, formal, _ in pairs
         ]
@@ -228,8 +228,10 @@ def _node(node: onnx.NodeProto, scope: _Scope) -> None:
                 scope.result[name] = (found[0], partial[1])
 
 
-def _static(found: TensorType | None) -> bool:
-    return found is not None and found[1] is not None and all(isinstance(d, int) for d in found[1])
+def _every_dim_named(found: TensorType | None) -> bool:
+    """A shape whose every dim is a size or a symbol (a symbol names one run-time size: the
+    induction over a Loop's iterations holds for it as for a static size)."""
+    return found is not None and found[1] is not None and all(d is not None for d in found[1])
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:

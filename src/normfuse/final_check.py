@@ -88,7 +88,9 @@ def _check_site(site: Site, found: Match, context: Context) -> None:
     if kernel is None:
         raise Unfit("unsupported-op", f"{domain or 'ai.onnx'}.{fused.op} is not a known kernel")
     x = fused.inputs[0]
-    x_type = _elem_type(x, context)
+    # The kernel reads x after the emitted input Cast, where there is one (a float16 norm run by
+    # the float32 kernel).
+    x_type = fused.input_cast if fused.input_cast is not None else _elem_type(x, context)
     if x_type not in kernel.types:
         name = "unknown" if x_type is None else onnx.TensorProto.DataType.Name(x_type)
         raise Unfit("unsupported-dtype", f"{fused.op} has no CPU kernel for {name} input")

@@ -479,16 +479,18 @@ def apply_sites(graph: gs.Graph, sites: list[Site], names: _NameRegistry) -> Non
     if not sites:
         return
     emitter = _Emitter(graph, names)
+    position = {id(node): (index, node) for index, node in enumerate(graph.nodes)}
     for site in sites:
-        _apply_site(emitter, site)
+        found = sorted(position[key] for key in site.node_ids if key in position)
+        _apply_site(emitter, site, [node for _, node in found])
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
 
 
-def _apply_site(emitter: _Emitter, site: Site) -> None:
+def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     """Emit `site`'s fused node (with its Casts and Transposes) producing the site's output."""
     fused = site.fused
     name = emitter.node_name(f"{site.output}/{site.op}")
-    own = _site_initializers(site, emitter.graph)
+    own = _site_initializers(nodes)
     inputs = _fused_inputs(fused, name, own, emitter)
     output = site.root
     output.inputs.clear()
@@ -595,12 +597,11 @@ def _constant(
     return same or emitter.tensor(stem, np.ascontiguousarray(value))
 
 
-def _site_initializers(site: Site, graph: gs.Graph) -> list[gs.Constant]:
-    """The inline initializers the site's nodes read (external data is never loaded here)."""
+def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
+    """The inline initializers the site's `nodes` read (external data is never loaded here)."""
     return [
         tensor
-        for node in graph.nodes
-        if id(node) in site.node_ids
+        for node in nodes
         for tensor in node.inputs
         if isinstance(tensor, gs.Constant)
         and not (
