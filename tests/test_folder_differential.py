@@ -84,9 +84,18 @@ def _model(case: Case) -> onnx.ModelProto:
 
 
 def _folded(model: onnx.ModelProto, opset: int) -> np.ndarray | None:
+    """The fold of `y` by both readers, which must agree: the shape-arithmetic reader
+    (`static_value`) and the constant reader that epsilons and exponents are read through; each
+    gives an array (a 0-d result included), never a numpy scalar."""
     graph = gs.import_onnx(model)
-    context = Context(ConstantReader(None, opset=opset), {}, Target.ORT, {})
-    return static_value(graph.tensors()["y"], context)
+    reader = ConstantReader(None, opset=opset)
+    ours = static_value(graph.tensors()["y"], Context(reader, {}, Target.ORT, {}))
+    constant = ConstantReader(None, opset=opset).value(gs.import_onnx(model).tensors()["y"])
+    for value in (ours, constant):
+        assert value is None or isinstance(value, np.ndarray), f"a {type(value)}, not an array"
+    if ours is not None and constant is not None:
+        assert _same(ours, constant), f"static_value {ours!r}, ConstantReader {constant!r}"
+    return ours
 
 
 def _reference(model: onnx.ModelProto) -> np.ndarray | None:
@@ -147,6 +156,8 @@ def _arithmetic_cases() -> list[Case]:
         cases.append(Case(op, opset, (left, right)))
         broadcast = (a([[1.0], [2.0]], dtype), a([3.0, 0.5, -1.0], dtype))
         cases.append(Case(op, opset, broadcast, declined="legacy-broadcast" if opset < 7 else None))
+        if opset >= 7:  # 0-d floats: an epsilon written as Add(5e-6, 5e-6)
+            cases.append(Case(op, opset, (a(5e-6, dtype), a(-2e-5, dtype))))
     for op, dtype in itertools.product(("Add", "Sub", "Mul", "Div"), (np.int32, np.int64, np.int8)):
         left, right = a([-7, 7, -8, 9, 0], dtype), a([2, -2, -3, 3, 5], dtype)
         cases.append(Case(op, 14, (left, right)))

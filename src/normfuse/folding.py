@@ -156,7 +156,7 @@ def _arithmetic(op: str) -> Callable[[int, dict, Inputs], np.ndarray | None]:
         if left.dtype.type in FLOAT_DTYPES:
             function = np.divide if op == "Div" else _ARITHMETIC[op]
             with np.errstate(all="ignore"):
-                return function(left, right).astype(left.dtype)
+                return np.asarray(function(left, right), dtype=left.dtype)  # 0-d stays an array
         if left.dtype.type not in INT_DTYPES:
             return None
         a, b = np.broadcast_arrays(left.astype(object), right.astype(object))
