@@ -7,6 +7,9 @@ from collections import Counter
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
+
+from normfuse import bench
 
 FLOAT32_ATOL = 1e-4
 
@@ -125,3 +128,36 @@ def assert_same_numerics(
             error = np.max(np.abs(expected[finite] - actual[finite]), initial=0.0)
             magnitude = max(1.0, np.max(np.abs(expected[finite]), initial=0.0))
             assert error <= rtol * magnitude, f"{name}: {error} > {rtol} * {magnitude}"
+
+
+class ScriptedClock:
+    """A clock read twice per timed run; a run of model m takes durations[m] (+ relative jitter).
+    Rounds rotate: in round r, position p runs model (p + r) % n, as `normfuse.bench` does."""
+
+    def __init__(self, durations: list[float], jitter: float = 0.01, seed: int = 0) -> None:
+        self.durations = durations
+        self.rng = np.random.default_rng(seed)
+        self.jitter = jitter
+        self.now = 0.0
+        self.calls = 0
+
+    def __call__(self) -> float:
+        if self.calls % 2 == 1:
+            run, count = self.calls // 2, len(self.durations)
+            model = (run % count + run // count) % count
+            self.now += self.durations[model] * (1 + self.jitter * self.rng.standard_normal())
+        self.calls += 1
+        return self.now
+
+
+def script_bench_clock(
+    monkeypatch: pytest.MonkeyPatch, durations: list[float], jitter: float = 0.001
+) -> None:
+    """Every `bench.BenchOptions` built while the test runs times on a fresh `ScriptedClock`:
+    the models still run in ONNX Runtime, but the measured durations are `durations`."""
+    real = bench.BenchOptions
+
+    def options(**kwargs) -> bench.BenchOptions:
+        return real(**kwargs, clock=ScriptedClock(durations, jitter))
+
+    monkeypatch.setattr(bench, "BenchOptions", options)
