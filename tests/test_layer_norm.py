@@ -96,6 +96,50 @@ def test_fuses_float16_at_least_as_accurately() -> None:
     assert fused_error <= max(original_error * 1.5, 1e-2)
 
 
+def downcast_layer_norm_model() -> onnx.ModelProto:
+    """Layer norm of a float32 x with scale and bias in float32, its result cast to float16."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    consts = {
+        "two": np.array(2.0),
+        "eps": np.array(1e-5),
+        "scale": rng.uniform(0.5, 1.5, 32),
+        "bias": rng.normal(0, 0.5, 32),
+    }
+    initializers = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items()]
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], axes=[-1]),
+        helper.make_node("Sub", ["x", "mean"], ["centered"]),
+        helper.make_node("Pow", ["centered", "two"], ["square"]),
+        helper.make_node("ReduceMean", ["square"], ["variance"], axes=[-1]),
+        helper.make_node("Add", ["variance", "eps"], ["shifted"]),
+        helper.make_node("Sqrt", ["shifted"], ["std"]),
+        helper.make_node("Div", ["centered", "std"], ["normed"]),
+        helper.make_node("Mul", ["normed", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "bias"], ["y32"]),
+        helper.make_node("Cast", ["y32"], ["y"], to=TensorProto.FLOAT16),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "downcast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 7, 32])],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_fuses_float32_statistics_cast_down_with_one_cast_after() -> None:
+    original = downcast_layer_norm_model()
+    result = normfuse.optimize(original)
+    assert op_types(result.model) == ["LayerNormalization", "Cast"]
+    assert result.report.near_misses == []
+    assert result.model.graph.node[1].attribute[0].i == onnx.TensorProto.FLOAT16
+    # one float16 rounding of the same float32 result: at most one float16 ulp apart
+    assert_same_numerics(original, result.model, rtol=1e-3)
+
+
 @pytest.mark.parametrize("name", sorted(NEGATIVES))
 def test_rejects_condition(name: str) -> None:
     spec, reason = NEGATIVES[name]

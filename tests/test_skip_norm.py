@@ -54,8 +54,7 @@ def test_fuses_residual_add_with_the_sum_as_fourth_output(spec, passes, skip_op)
     assert all(len(n.output) == 4 and n.output[3] for n in skips)
     assert {(e.domain, e.version) for e in result.model.opset_import} >= {("com.microsoft", 1)}
     assert result.report.ort_only
-    feeds = random_inputs(original, seed=21)
-    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    assert_same_numerics(original, result.model, seed=21)
 
 
 def test_not_applied_by_default_nor_for_target_onnx() -> None:
@@ -96,8 +95,7 @@ def test_tune_for_follows_the_measurement(use_skip: bool, monkeypatch: pytest.Mo
     assert skip_records[0]["choice"] == ("skip" if use_skip else "add+norm")
     if not use_skip:
         assert [m.reason for m in result.report.near_misses] == ["measured-slower"] * 2
-    feeds = random_inputs(original, seed=22)
-    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    assert_same_numerics(original, result.model, seed=22)
 
 
 @pytest.mark.parametrize(
@@ -164,8 +162,7 @@ def test_folds_the_projection_bias_into_the_skip_op(rms: bool, skip_op: str) -> 
     assert op_types(result.model) == [skip_op]
     node = result.model.graph.node[0]
     assert len(node.input) == (4 if rms else 5) and node.output[3] == "sum"
-    feeds = random_inputs(original, seed=23)
-    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    assert_same_numerics(original, result.model, seed=23)
 
 
 def test_tune_for_leaves_a_site_decomposed_where_the_fused_node_is_slower(monkeypatch) -> None:
@@ -209,9 +206,9 @@ def test_tune_for_leaves_a_norm_decomposed_only_when_slower_beyond_one_percent(
         assert result.model.SerializeToString() == original.SerializeToString()
 
 
-def _residual_norm(norm: str, gamma_shape: list, post_bias: bool = False):
-    """Add(a, b) [+ constant bias] -> LayerNormalization / RMSNormalization (opset 23) whose
-    gamma (and beta) are graph inputs of `gamma_shape`."""
+def _residual_norm(norm: str, gamma_shape: list, post_bias: bool = False, axis: int = -1):
+    """Add(a, b) [+ constant bias] -> LayerNormalization / RMSNormalization (opset 23, from
+    `axis`) whose gamma (and beta) are graph inputs of `gamma_shape`."""
     from onnx import TensorProto, helper
 
     hidden = SHAPE[-1]
@@ -225,7 +222,7 @@ def _residual_norm(norm: str, gamma_shape: list, post_bias: bool = False):
         nodes.append(helper.make_node("Add", ["sum", "c"], ["biased"]))
     last = nodes[-1].output[0]
     inputs = [last, "g", "bt"] if norm == "LayerNormalization" else [last, "g"]
-    nodes.append(helper.make_node(norm, inputs, ["y"], axis=-1, epsilon=1e-5))
+    nodes.append(helper.make_node(norm, inputs, ["y"], axis=axis, epsilon=1e-5))
     if norm != "LayerNormalization":
         info = info[:3]
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SHAPE))
@@ -247,8 +244,8 @@ def test_fuses_existing_norms_with_graph_input_gamma(norm, skip_op, post_bias) -
     original = _residual_norm(norm, [SHAPE[-1]], post_bias)
     result = normfuse.optimize(original, passes="skip-norm")
     assert op_types(result.model) == [skip_op]
-    feeds = random_inputs(original, seed=22)
-    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    assert_same_numerics(original, result.model, seed=22)
+    assert_same_on_cancelling_residuals(original, result.model, ("a", "b"))
 
 
 def test_graph_input_gamma_not_declared_per_feature_stays() -> None:
@@ -256,3 +253,66 @@ def test_graph_input_gamma_not_declared_per_feature_stays() -> None:
     result = normfuse.optimize(original, passes="skip-norm")
     assert result.report.sites == []
     assert [miss.reason for miss in result.report.near_misses] == ["gamma-shape"]
+
+
+def test_a_norm_over_more_than_the_last_axis_stays() -> None:
+    """Skip* ops normalise the last axis only: a LayerNormalization from axis 1 of [2, 7, 32]
+    (gamma [7, 32]) keeps its Add."""
+    original = _residual_norm("LayerNormalization", list(SHAPE[1:]), axis=1)
+    result = normfuse.optimize(original, passes="skip-norm")
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["skip-axis"]
+    assert result.model.SerializeToString() == original.SerializeToString()
+
+
+def nested_bias_model():
+    """`y = LayerNormalization(x + (skip + b))`: the bias belongs to the skip operand."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    hidden = SHAPE[-1]
+    consts = {"b": rng.normal(0, 1, hidden), "scale": rng.uniform(0.5, 1.5, hidden)}
+    initializers = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in consts.items()]
+    nodes = [
+        helper.make_node("Add", ["skip", "b"], ["biased"]),
+        helper.make_node("Add", ["x", "biased"], ["sum"]),
+        helper.make_node("LayerNormalization", ["sum", "scale"], ["y"], epsilon=1e-5),
+    ]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(SHAPE)) for n in ("x", "skip")]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SHAPE))]
+    graph = helper.make_graph(nodes, "nested_bias", info, out, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a bias added to one residual operand first ((x + b) + skip, x + (skip + b)) is "
+    "folded into the Skip* bias, which ONNX Runtime adds as (x + skip) + b: where the "
+    "residuals cancel, the sum differs by ~4e-3 (found by the issue 27 work; left to the "
+    "skip-norm exactness change)",
+)
+@pytest.mark.parametrize("model", ["projection", "projection_rms", "nested"])
+def test_a_bias_added_to_one_operand_first_is_exact_on_cancelling_residuals(model: str) -> None:
+    """Whatever the pass does with a bias added before the residual sum, the result must be the
+    original's where the residuals cancel (~+1e5 and ~-1e5)."""
+    builders = {
+        "projection": lambda: projection_bias_model(False),
+        "projection_rms": lambda: projection_bias_model(True),
+        "nested": nested_bias_model,
+    }
+    original = builders[model]()
+    result = normfuse.optimize(original, passes="skip-norm")
+    assert_same_on_cancelling_residuals(original, result.model, ("x", "skip"))
+
+
+def assert_same_on_cancelling_residuals(
+    original, fused, names: tuple[str, str], offset: float = 1e5
+) -> None:
+    """Residual operands `names` of about +offset and -offset (their sum ~ N(0, 2)): an Add
+    taken in another order rounds at the offset's precision, beyond 1e-4 of the output."""
+    feeds = random_inputs(original, seed=31)
+    rng = np.random.default_rng(31)
+    for sign, name in zip((1.0, -1.0), names, strict=True):
+        noise = rng.normal(0.0, 1.0, feeds[name].shape)
+        feeds[name] = (sign * offset + noise).astype(feeds[name].dtype)
+    assert max_abs_diff(original, fused, feeds) <= FLOAT32_ATOL
