@@ -273,7 +273,7 @@ def test_evidence_differs_from_nearest_fused_op(name: str) -> None:
     differs = [
         label
         for (label, feeds), originals in zip(feed_sets, expected, strict=True)
-        if not compare(originals, near.run(None, feeds), dtype).ok
+        if not compare(originals, near.run(None, feeds), dtype, loosest=True).ok
     ]
     assert differs, f"{name}: the nearest fused op matches on every input"
 

@@ -6,7 +6,7 @@ a case ORT cannot run is skipped with ORT's message. Then `optimize` must not ra
 `NormfuseError` judged out of scope (`backend_sweep.OUT_OF_SCOPE`), must leave the input ModelProto
 unchanged, keep the graph inputs and outputs, return the model unchanged when nothing was fused,
 pass onnx.checker whenever the original does (unless ORT-only), and compute the original's outputs
-(NaN where NaN; 1e-4 for float32/float64, 1e-2 for float16, absolute and relative).
+(NaN where NaN; 1e-4 for float32, 1e-10 for float64, 1e-2 for float16, absolute and relative).
 
 The default run takes every case whose ops include a reduction or a normalisation, every case
 with a non-default domain or a non-tensor graph input or output, every 10th other one, and

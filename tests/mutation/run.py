@@ -10,13 +10,15 @@ editable install), and the file is restored. A mutant is `killed` when those tes
 Run on demand (not part of the default test run):
     python tests/mutation/run.py            # every mutant
     python tests/mutation/run.py --list     # names and what each plants
-    python tests/mutation/run.py eps-x10-layer-norm skip-eps-x10
-Exit status 0 when every mutant is killed, 1 otherwise.
+    python tests/mutation/run.py eps-x10-layer-norm eps-x10-skip-norm
+    python tests/mutation/run.py eps-x10-skip-norm --tests tests/test_skip_norm.py::test_x
+Exit status 0 when every mutant is killed, 1 otherwise (a stale mutant counts as not killed).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -94,6 +96,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--tests", nargs="+", help="run these pytest selections instead of each mutant's own"
+    )
     args = parser.parse_args()
     if args.list:
         for mutant in MUTANTS:
@@ -103,6 +108,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown mutants: {', '.join(sorted(unknown))}")
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    if args.tests:
+        chosen = [dataclasses.replace(m, tests=tuple(args.tests)) for m in chosen]
     outcomes: dict[str, list[str]] = {"killed": [], "survived": [], "stale": []}
     with tempfile.TemporaryDirectory(prefix="normfuse-mutation-") as folder:
         copy = Path(folder)
