@@ -162,4 +162,12 @@ MUTANTS = (
         GROUP,
         "group statistics over other axes than the group's are fused",
     ),
+    Mutant(
+        "every-pass-disabled",
+        "src/normfuse/rewrite.py",
+        "        for fusion_pass in passes:\n",
+        "        for fusion_pass in ():\n",
+        ("tests/test_adversarial.py",),
+        "no pass runs: nothing is fused and no near-miss is reported (the corpus pins outcomes)",
+    ),
 )
