@@ -69,8 +69,8 @@ MUTANTS = (
     Mutant(
         "skip-scale-bias-swapped",
         "passes/skip_norm.py",
-        "        params = [gamma, *beta]\n",
-        "        params = [*beta, gamma] if beta else [gamma]\n",
+        '    inputs = (match["input"], match["skip"], gamma, *beta)\n',
+        '    inputs = (match["input"], match["skip"], *beta, gamma)\n',
         SKIP,
         "SkipLayerNormalization takes the bias as gamma and gamma as the bias",
     ),
@@ -149,7 +149,8 @@ MUTANTS = (
     Mutant(
         "skip-axis-check-skipped",
         "passes/skip_norm.py",
-        'if norm.attrs.get("axis", -1) not in (-1, 2) or norm.attrs.get("stash_type", 1) != 1:',
+        'if norm.attrs.get("axis", -1) not in (-1, rank - 1) or norm.attrs.get("stash_type", 1) '
+        "!= 1:",
         'if norm.attrs.get("stash_type", 1) != 1:',
         SKIP,
         "a norm over the last two axes is fused into a Skip* op (which normalises the last)",
