@@ -28,7 +28,13 @@ DYN = ("d0", "d1", "d2")
 CONFIGS = {"default": {}, "onnx": {"target": "onnx"}}
 
 # case name -> (finding id, the configurations it fails in).
-FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
+FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "a4_raise_function_reduce_attr_ref_broadcast": ("ADV4-01", ("onnx",)),
+    "a4_raise_fn_dft_axis_ref": ("ADV4-01", ("onnx",)),
+    "a4_raise_fn_maxpool_ceil_mode_ref": ("ADV4-02", ("onnx",)),
+    "a4_raise_fn_gridsample_mode_ref_bilinear": ("ADV4-03", ("onnx",)),
+    "a4_raise_fn_gridsample_mode_ref_bicubic": ("ADV4-03", ("onnx",)),
+}
 
 
 @dataclass(frozen=True)
@@ -407,9 +413,7 @@ def _scan_reduce_and_norm() -> onnx.ModelProto:
     rms(b, "s_x", out="s_y", shape=(5, 16))
     b.op("ReduceMax", ["s_y"], "s_m", axes=[0], keepdims=0)
     scan_body = body(b, [("s_x", F, (5, 16))], [("s_y", F, (5, 16)), ("s_m", F, (16,))])
-    g.nodes.append(
-        helper.make_node("Scan", ["x"], ["y", "m"], body=scan_body, num_scan_inputs=1)
-    )
+    g.nodes.append(helper.make_node("Scan", ["x"], ["y", "m"], body=scan_body, num_scan_inputs=1))
     return model(g, [("x", F, SHAPE)], [("y", F, SHAPE), ("m", F, (2, 16))])
 
 
@@ -457,12 +461,15 @@ def _function_model(fn_nodes, fn_inputs, fn_outputs, attributes=(), call_attrs=N
     if norm:
         rms(g, "x", out="y")
     fn = helper.make_function(
-        "local", "fn", fn_inputs, fn_outputs, fn_nodes, [helper.make_opsetid("", 17)],
+        "local",
+        "fn",
+        fn_inputs,
+        fn_outputs,
+        fn_nodes,
+        [helper.make_opsetid("", 17)],
         attributes=list(attributes),
     )
-    g.nodes.append(
-        helper.make_node("fn", ["x"], ["fo"], domain="local", **(call_attrs or {}))
-    )
+    g.nodes.append(helper.make_node("fn", ["x"], ["fo"], domain="local", **(call_attrs or {})))
     outs = [("y", F, SHAPE)] if norm else []
     return g, fn, outs
 
@@ -488,6 +495,61 @@ def _function_reduce_attr_ref() -> onnx.ModelProto:
     )
 
 
+def _function_reduce_attr_ref_broadcast() -> onnx.ModelProto:
+    """ReduceMax(axes=@ax) in a function, its result broadcast back onto x: a reduce over all
+    axes instead of @ax gives the same graph output shape and other values."""
+    reduce = helper.make_node("ReduceMax", ["a"], ["b"], keepdims=1)
+    ref = onnx.AttributeProto()
+    ref.name = "axes"
+    ref.ref_attr_name = "ax"
+    ref.type = onnx.AttributeProto.INTS
+    reduce.attribute.append(ref)
+    g, fn, outs = _function_model([reduce], ["a"], ["b"], attributes=["ax"], call_attrs={"ax": [2]})
+    g.op("Sub", ["x", "fo"], "centred")
+    return model(
+        g, [("x", F, SHAPE)], [*outs, ("centred", F, SHAPE)], functions=[fn], opsets={"local": 1}
+    )
+
+
+def _ref(name: str, ref: str, kind: int) -> onnx.AttributeProto:
+    attr = onnx.AttributeProto()
+    attr.name, attr.ref_attr_name, attr.type = name, ref, kind
+    return attr
+
+
+def _fn_ref(op: str, inputs, attrs: dict, refs: dict, call: dict, ins, outs, defaults=()):
+    """x -> RMS norm -> y, plus `op` inside a local function whose attributes `refs` (name ->
+    (function attribute, type)) are references, called on `ins` with `call` attribute values."""
+
+    def build():
+        node = helper.make_node(op, [f"a{i}" for i in range(len(inputs))], ["b"], **attrs)
+        node.attribute.extend(_ref(n, r, t) for n, (r, t) in refs.items())
+        names = [r for r, _ in refs.values()]
+        plain = [n for n in names if n not in {d.name for d in defaults}]
+        g = G(opset=17)
+        rms(g, "x", out="y")
+        fn = helper.make_function(
+            "local",
+            "fn",
+            [f"a{i}" for i in range(len(inputs))],
+            ["b"],
+            [node],
+            [helper.make_opsetid("", 17)],
+            attributes=plain,
+            attribute_protos=list(defaults),
+        )
+        g.nodes.append(helper.make_node("fn", list(inputs), ["fo"], domain="local", **call))
+        return model(
+            g,
+            [("x", F, SHAPE), *ins],
+            [("y", F, SHAPE), *outs],
+            functions=[fn],
+            opsets={"local": 1},
+        )
+
+    return build
+
+
 def _function_split() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Split", ["a"], ["p", "q"], axis=-1),
@@ -507,17 +569,218 @@ def _function_with_norm_and_reduce() -> onnx.ModelProto:
     return model(g, [("x", F, SHAPE)], [("fo", F, (2, 5, 1))], functions=[fn], opsets={"local": 1})
 
 
+def _function_ref_cases() -> None:
+    ints, string, integer = (
+        onnx.AttributeProto.INTS,
+        onnx.AttributeProto.STRING,
+        onnx.AttributeProto.INT,
+    )
+    img, grid = ("img", F, (1, 2, 5, 5)), ("grid", F, (1, 3, 3, 2))
+    default_axes = helper.make_attribute("ax", [1])
+    items = [
+        (
+            "gridsample_mode_ref_bilinear",
+            _fn_ref(
+                "GridSample",
+                ["img", "grid"],
+                {},
+                {"mode": ("m", string)},
+                {"m": "bilinear"},
+                [img, grid],
+                [("fo", F, (1, 2, 3, 3))],
+            ),
+            KEEP("opset-too-low"),
+        ),
+        (
+            "gridsample_mode_ref_bicubic",
+            _fn_ref(
+                "GridSample",
+                ["img", "grid"],
+                {},
+                {"mode": ("m", string)},
+                {"m": "bicubic"},
+                [img, grid],
+                [("fo", F, (1, 2, 3, 3))],
+            ),
+            KEEP("opset-too-low"),
+        ),
+        (
+            "dft_axis_ref",
+            _fn_ref(
+                "DFT",
+                ["sig"],
+                {},
+                {"axis": ("ax", integer)},
+                {"ax": 2},
+                [("sig", F, (1, 4, 6, 1))],
+                [("fo", F, (1, 4, 6, 2))],
+            ),
+            EITHER,
+        ),
+        (
+            "reducemax_axes_ref_default",
+            _fn_ref(
+                "ReduceMax",
+                ["x"],
+                {"keepdims": 1},
+                {"axes": ("ax", ints)},
+                {},
+                [],
+                [("fo", F, (2, 1, 16))],
+                defaults=[default_axes],
+            ),
+            EITHER,
+        ),
+        (
+            "reducel2_keepdims_ref",
+            _fn_ref(
+                "ReduceL2",
+                ["x"],
+                {"axes": [1]},
+                {"keepdims": ("kd", integer)},
+                {"kd": 0},
+                [],
+                [("fo", F, (2, 16))],
+            ),
+            EITHER,
+        ),
+        (
+            "split_axis_ref",
+            _fn_ref(
+                "Split",
+                ["x"],
+                {},
+                {"axis": ("ax", integer)},
+                {"ax": 1},
+                [],
+                [("fo", F, (2, 5, 16))],
+            ),
+            EITHER,
+        ),
+        (
+            "roialign_in_function_opset17",
+            _fn_ref(
+                "RoiAlign",
+                ["img", "rois", "bi"],
+                {"output_height": 2, "output_width": 2},
+                {},
+                {},
+                [img, ("rois", F, (1, 4)), ("bi", I64, (1,))],
+                [("fo", F, (1, 2, 2, 2))],
+            ),
+            EITHER,
+        ),
+        (
+            "maxpool_ceil_mode_ref",
+            _fn_ref(
+                "MaxPool",
+                ["p"],
+                {"kernel_shape": [2], "strides": [2]},
+                {"ceil_mode": ("c", integer)},
+                {"c": 1},
+                [("p", F, (2, 3, 5))],
+                [("fo", F, (2, 3, 3))],
+            ),
+            KEEP("opset-too-low"),
+        ),
+        (
+            "maxpool_ceil_in_function",
+            _fn_ref(
+                "MaxPool",
+                ["p"],
+                {"kernel_shape": [2], "strides": [2], "ceil_mode": 1},
+                {},
+                {},
+                [("p", F, (2, 3, 5))],
+                [("fo", F, (2, 3, 3))],
+            ),
+            KEEP("opset-too-low"),
+        ),
+        (
+            "averagepool_ceil_in_function",
+            _fn_ref(
+                "AveragePool",
+                ["p"],
+                {"kernel_shape": [2], "strides": [2], "ceil_mode": 1},
+                {},
+                {},
+                [("p", F, (2, 3, 5))],
+                [("fo", F, (2, 3, 3))],
+            ),
+            KEEP("opset-too-low"),
+        ),
+    ]
+    fixed = {
+        "roialign_in_function_opset17": {
+            "rois": np.array([[0.5, 0.5, 3.2, 3.7]], np.float32),
+            "bi": np.array([0], np.int64),
+        },
+    }
+    for name, build, expect in items:
+        case(
+            f"a4_raise_fn_{name}",
+            "1",
+            f"a local function at the model's opset, attribute references: {name}",
+            build,
+            expect,
+            configs=("onnx",) if expect.outcome == "keep" else ("default", "onnx"),
+            fixed=fixed.get(name, {}),
+        )
+    case(
+        "a4_raise_maxpool_ceil_in_if_branch",
+        "1",
+        "MaxPool ceil_mode=1 inside an If branch blocks the raise to 23 like one in the graph",
+        _maxpool_in_branch,
+        KEEP("opset-too-low"),
+        configs=("onnx",),
+        fixed={"c": np.array(True)},
+    )
+
+
+def _maxpool_in_branch() -> onnx.ModelProto:
+    g = G(opset=17)
+    rms(g, "x", out="y")
+    tg = G("t_", opset=17)
+    tg.op("MaxPool", ["p"], "t_o", kernel_shape=[2], strides=[2], ceil_mode=1)
+    eg = G("e_", opset=17)
+    eg.op("MaxPool", ["p"], "e_o", kernel_shape=[2], strides=[2], ceil_mode=0, pads=[0, 1])
+    po = (2, 3, 3)
+    g.nodes.append(
+        helper.make_node(
+            "If",
+            ["c"],
+            ["po"],
+            then_branch=body(tg, [], [("t_o", F, po)]),
+            else_branch=body(eg, [], [("e_o", F, po)]),
+        )
+    )
+    return model(
+        g,
+        [("x", F, SHAPE), ("p", F, (2, 3, 5)), ("c", TensorProto.BOOL, ())],
+        [("y", F, SHAPE), ("po", F, po)],
+    )
+
+
 def _raise_scope_cases() -> None:
     items = [
         ("if_reduce_in_branches", _if_reduce_in_branch, FUSE("rms-norm"), {"c": np.array(True)}),
-        ("if_rms_and_split_in_branch", _if_rms_and_split_in_branch, FUSE("rms-norm"),
-         {"c": np.array(True)}),
+        (
+            "if_rms_and_split_in_branch",
+            _if_rms_and_split_in_branch,
+            FUSE("rms-norm"),
+            {"c": np.array(True)},
+        ),
         ("loop_reduce_in_body", _loop_reduce, FUSE("rms-norm"), {}),
         ("scan_reduce_and_norm_in_body", _scan_reduce_and_norm, FUSE("rms-norm"), {}),
-        ("nested_if_in_loop_split_reduce", _nested_if_in_loop_split, FUSE("rms-norm"),
-         {"c": np.array(False)}),
+        (
+            "nested_if_in_loop_split_reduce",
+            _nested_if_in_loop_split,
+            FUSE("rms-norm"),
+            {"c": np.array(False)},
+        ),
         ("function_reduce_axes", _function_reduce, FUSE("rms-norm"), {}),
         ("function_reduce_axes_attribute_ref", _function_reduce_attr_ref, EITHER, {}),
+        ("function_reduce_attr_ref_broadcast", _function_reduce_attr_ref_broadcast, EITHER, {}),
         ("function_split_even", _function_split, FUSE("rms-norm"), {}),
         ("function_norm_and_reduce", _function_with_norm_and_reduce, FUSE("rms-norm"), {}),
     ]
@@ -609,8 +872,11 @@ def _float16_cases() -> None:
         ("rms_f32_input_f16_output", _f16_norm("rms", input_f32=True), FUSE("rms-norm")),
         ("ln_native_f16", _f16_native("ln"), FUSE("layer-norm")),
         ("rms_native_f16", _f16_native("rms", opset=18), FUSE("rms-norm")),
-        ("ln_native_f16_gamma_subnormal", _f16_native("ln", gamma_values=np.full(16, 3e-6)),
-         EITHER),
+        (
+            "ln_native_f16_gamma_subnormal",
+            _f16_native("ln", gamma_values=np.full(16, 3e-6)),
+            EITHER,
+        ),
         ("rms_bfloat16_inside_float32_graph", _bf16_norm, KEEP("unsupported-dtype")),
     ]
     for name, build, expect in items:
@@ -627,8 +893,12 @@ def _float16_cases() -> None:
 # ---------------------------------------------------------------- feature 3: placement
 
 
-def _if_branches_outer_gamma(shared_elsewhere: bool = False, overridable: bool = False,
-                             both_branches: bool = True, kind: str = "ln"):
+def _if_branches_outer_gamma(
+    shared_elsewhere: bool = False,
+    overridable: bool = False,
+    both_branches: bool = True,
+    kind: str = "ln",
+):
     def build():
         g = G(opset=17)
         gamma = g.init(np.linspace(0.5, 1.5, 16), "gamma_w")
@@ -802,28 +1072,73 @@ def _big_external(kind: str = "rms", in_branch: bool = False, f16: bool = False)
 def _placement_cases() -> None:
     ids = {"ids": np.array([[0, 1, 2, 3, 4], [4095, 17, 2, 0, 9]], np.int64)}
     items = [
-        ("if_both_branches_outer_gamma", _if_branches_outer_gamma(), FUSE("layer-norm", 2),
-         {"c": np.array(True)}, False),
-        ("if_both_branches_outer_gamma_rms", _if_branches_outer_gamma(kind="rms"),
-         FUSE("rms-norm", 2), {"c": np.array(False)}, False),
-        ("if_one_branch_norm_other_mul", _if_branches_outer_gamma(both_branches=False),
-         FUSE("layer-norm"), {"c": np.array(True)}, False),
-        ("if_gamma_also_used_in_main", _if_branches_outer_gamma(shared_elsewhere=True),
-         FUSE("layer-norm", 2), {"c": np.array(True)}, False),
-        ("if_gamma_overridable", _if_branches_outer_gamma(overridable=True), EITHER,
-         {"c": np.array(True)}, False),
+        (
+            "if_both_branches_outer_gamma",
+            _if_branches_outer_gamma(),
+            FUSE("layer-norm", 2),
+            {"c": np.array(True)},
+            False,
+        ),
+        (
+            "if_both_branches_outer_gamma_rms",
+            _if_branches_outer_gamma(kind="rms"),
+            FUSE("rms-norm", 2),
+            {"c": np.array(False)},
+            False,
+        ),
+        (
+            "if_one_branch_norm_other_mul",
+            _if_branches_outer_gamma(both_branches=False),
+            FUSE("layer-norm"),
+            {"c": np.array(True)},
+            False,
+        ),
+        (
+            "if_gamma_also_used_in_main",
+            _if_branches_outer_gamma(shared_elsewhere=True),
+            FUSE("layer-norm", 2),
+            {"c": np.array(True)},
+            False,
+        ),
+        (
+            "if_gamma_overridable",
+            _if_branches_outer_gamma(overridable=True),
+            EITHER,
+            {"c": np.array(True)},
+            False,
+        ),
         ("loop_body_and_main_share_gamma", _loop_outer_gamma, FUSE("rms-norm", 2), {}, False),
         ("scan_body_outer_gamma_beta", _scan_outer_gamma, FUSE("layer-norm"), {}, False),
-        ("nested_if_outer_gamma", _nested_if_outer_gamma, FUSE("rms-norm", 2),
-         {"c": np.array(True), "c2": np.array(True)}, False),
-        ("body_own_gamma_same_bytes", _body_own_gamma_same_bytes, FUSE("rms-norm", 2),
-         {"c": np.array(True)}, False),
-        ("gamma_shadowed_in_branch", _shadowed_gamma, KEEP("unsupported-scope"),
-         {"c": np.array(True)}, False),
+        (
+            "nested_if_outer_gamma",
+            _nested_if_outer_gamma,
+            FUSE("rms-norm", 2),
+            {"c": np.array(True), "c2": np.array(True)},
+            False,
+        ),
+        (
+            "body_own_gamma_same_bytes",
+            _body_own_gamma_same_bytes,
+            FUSE("rms-norm", 2),
+            {"c": np.array(True)},
+            False,
+        ),
+        (
+            "gamma_shadowed_in_branch",
+            _shadowed_gamma,
+            KEEP("unsupported-scope"),
+            {"c": np.array(True)},
+            False,
+        ),
         ("external_data_main", _big_external(), FUSE("rms-norm"), ids, True),
         ("external_data_ln_main", _big_external("ln"), FUSE("layer-norm"), ids, True),
-        ("external_data_branch", _big_external(in_branch=True), FUSE("rms-norm"),
-         {**ids, "c": np.array(True)}, True),
+        (
+            "external_data_branch",
+            _big_external(in_branch=True),
+            FUSE("rms-norm"),
+            {**ids, "c": np.array(True)},
+            True,
+        ),
     ]
     for name, build, expect, fixed, external in items:
         case(
@@ -843,9 +1158,7 @@ def _placement_cases() -> None:
 def _ceil_pool_norm(g: G, src: str, out: str, prefix: str = "") -> str:
     """MaxPool ceil_mode=1 on [2,3,5] (k=2, s=2, pads 1,1): onnx infers 4, ORT computes 3; an
     affine-free layer norm over that axis (the fused node needs a ones-scale of that size)."""
-    pooled = g.op(
-        "MaxPool", [src], kernel_shape=[2], strides=[2], pads=[1, 1], ceil_mode=1
-    )
+    pooled = g.op("MaxPool", [src], kernel_shape=[2], strides=[2], pads=[1, 1], ceil_mode=1)
     ln(g, pooled, out=out, gamma=None, beta=None, shape=(2, 3, 3))
     del prefix
     return out
@@ -894,7 +1207,11 @@ def _convtranspose_norm() -> onnx.ModelProto:
     g = G(opset=17)
     w = g.init(np.full((1, 1, 3), 0.3), "ctw")
     ct = g.op(
-        "ConvTranspose", ["p", w], kernel_shape=[3], strides=[2], auto_pad="SAME_UPPER",
+        "ConvTranspose",
+        ["p", w],
+        kernel_shape=[3],
+        strides=[2],
+        auto_pad="SAME_UPPER",
         output_padding=[1],
     )
     ln(g, ct, out="y", gamma=None, beta=None, shape=(1, 1, 10))
@@ -933,9 +1250,9 @@ for _group in (
     _raise_split_cases,
     _raise_other_cases,
     _raise_scope_cases,
+    _function_ref_cases,
     _float16_cases,
     _placement_cases,
     _guard_cases,
 ):
     _group()
-
