@@ -21,7 +21,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from models.adversarial import EITHER, FUSE, KEEP, Expect
-from models.adversarial_build import F16, I64, SHAPE, F, G, body, ln, model, rms
+from models.adversarial_build import F16, I64, SHAPE, F, G, body, ln, model, rms, vi
 
 BF16 = TensorProto.BFLOAT16
 DYN = ("d0", "d1", "d2")
@@ -34,6 +34,10 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a4_raise_fn_maxpool_ceil_mode_ref": ("ADV4-02", ("onnx",)),
     "a4_raise_fn_gridsample_mode_ref_bilinear": ("ADV4-03", ("onnx",)),
     "a4_raise_fn_gridsample_mode_ref_bicubic": ("ADV4-03", ("onnx",)),
+    "a4_place_external_wide_gamma_beta_main": ("ADV4-04", ("default", "onnx")),
+    "a4_place_external_wide_gamma_rms_main": ("ADV4-04", ("default", "onnx")),
+    "a4_place_external_wide_gamma_beta_branch": ("ADV4-04", ("default", "onnx")),
+    "a4_place_external_wide_gamma_also_output": ("ADV4-04", ("default", "onnx")),
 }
 
 
@@ -51,6 +55,7 @@ class Case4:
     expect: Expect
     configs: tuple[str, ...] = ("default", "onnx")
     fixed: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
     f64_ratio: bool = False
     external: bool = False
 
@@ -1069,6 +1074,74 @@ def _big_external(kind: str = "rms", in_branch: bool = False, f16: bool = False)
     return build
 
 
+def _wide_external(in_branch: bool = False, kind: str = "ln", graph_output: bool = False):
+    """A norm over 1024 features: gamma and beta (4 KiB each) go to external data."""
+
+    def build():
+        width = 1024
+        shape = (2, 3, width)
+        g = G(opset=17)
+        gamma = g.init(np.linspace(0.5, 1.5, width), "gamma_w")
+        beta = g.init(np.linspace(-0.5, 0.5, width), "beta_w")
+        norm = ln if kind == "ln" else rms
+        kw = {"gamma": gamma, "beta": beta} if kind == "ln" else {"gamma": gamma}
+        outs = [("y", F, shape)]
+        if in_branch:
+            tg = G("t_", opset=17)
+            norm(tg, "x", out="t_y", shape=shape, **kw)
+            eg = G("e_", opset=17)
+            eg.op("Mul", ["x", gamma], "e_y")
+            g.nodes.append(
+                helper.make_node(
+                    "If",
+                    ["c"],
+                    ["y"],
+                    then_branch=body(tg, [], [("t_y", F, shape)]),
+                    else_branch=body(eg, [], [("e_y", F, shape)]),
+                )
+            )
+            ins = [("x", F, shape), ("c", TensorProto.BOOL, ())]
+        else:
+            norm(g, "x", out="y", shape=shape, **kw)
+            ins = [("x", F, shape)]
+        if graph_output:
+            g.op("Identity", [gamma], "gamma_out")
+            outs.append(("gamma_out", F, (width,)))
+        return model(g, ins, outs)
+
+    return build
+
+
+def _overridable_main(kind: str = "rms", f16_after_cast: bool = False):
+    def build():
+        if f16_after_cast:
+            m = _f16_norm("rms", affine_after_cast=True)()
+            weight = next(t for t in m.graph.initializer if t.name == "weight")
+            m.graph.input.append(vi("weight", F16, list(weight.dims)))
+            return m
+        g = G(opset=17)
+        gamma = g.init(np.linspace(0.5, 1.5, 16), "gamma_w")
+        beta = g.init(np.linspace(-0.5, 0.5, 16), "beta_w")
+        if kind == "rms":
+            rms(g, "x", out="y", gamma=gamma)
+            over = ("gamma_w",)
+        else:
+            ln(g, "x", out="y", gamma=gamma, beta=beta)
+            over = ("gamma_w", "beta_w")
+        return model(g, [("x", F, SHAPE)], [("y", F, SHAPE)], overridable=over)
+
+    return build
+
+
+def _initializer_is_output() -> onnx.ModelProto:
+    g = G(opset=17)
+    gamma = g.init(np.linspace(0.5, 1.5, 16), "gamma_w")
+    rms(g, "x", out="y", gamma=gamma)
+    m = model(g, [("x", F, SHAPE)], [("y", F, SHAPE)])
+    m.graph.output.append(vi("gamma_w", F, (16,)))
+    return m
+
+
 def _placement_cases() -> None:
     ids = {"ids": np.array([[0, 1, 2, 3, 4], [4095, 17, 2, 0, 9]], np.int64)}
     items = [
@@ -1139,6 +1212,25 @@ def _placement_cases() -> None:
             {**ids, "c": np.array(True)},
             True,
         ),
+    ]
+    items += [
+        ("external_wide_gamma_beta_main", _wide_external(), FUSE("layer-norm"), {}, True),
+        ("external_wide_gamma_rms_main", _wide_external(kind="rms"), FUSE("rms-norm"), {}, True),
+        (
+            "external_wide_gamma_beta_branch",
+            _wide_external(in_branch=True),
+            FUSE("layer-norm"),
+            {"c": np.array(True)},
+            True,
+        ),
+        (
+            "external_wide_gamma_also_output",
+            _wide_external(graph_output=True),
+            FUSE("layer-norm"),
+            {},
+            True,
+        ),
+        ("initializer_gamma_is_graph_output", _initializer_is_output, FUSE("rms-norm"), {}, False),
     ]
     for name, build, expect, fixed, external in items:
         case(
@@ -1226,10 +1318,63 @@ def _guard_ok_pool_gamma_free_rms() -> onnx.ModelProto:
     return model(g, [("p", F, (2, 3, 5))], [("y", F, DYN)])
 
 
+def _override_cases() -> None:
+    rng = np.random.default_rng(7)
+    for name, build, expect, overrides, fixed in (
+        (
+            "rms_main_gamma",
+            _overridable_main("rms"),
+            EITHER,
+            {"gamma_w": rng.uniform(-2, 2, 16).astype(np.float32)},
+            {},
+        ),
+        (
+            "ln_main_gamma_beta",
+            _overridable_main("ln"),
+            EITHER,
+            {
+                "gamma_w": rng.uniform(-2, 2, 16).astype(np.float32),
+                "beta_w": rng.uniform(-2, 2, 16).astype(np.float32),
+            },
+            {},
+        ),
+        (
+            "f16_weight_after_cast",
+            _overridable_main(f16_after_cast=True),
+            EITHER,
+            {"weight": rng.uniform(-2, 2, 16).astype(np.float16)},
+            {},
+        ),
+        (
+            "if_branches_gamma",
+            _if_branches_outer_gamma(overridable=True),
+            EITHER,
+            {"gamma_w": rng.uniform(-2, 2, 16).astype(np.float32)},
+            {"c": np.array(True)},
+        ),
+        (
+            "if_branches_gamma_else",
+            _if_branches_outer_gamma(overridable=True, kind="rms"),
+            EITHER,
+            {"gamma_w": rng.uniform(-2, 2, 16).astype(np.float32)},
+            {"c": np.array(False)},
+        ),
+    ):
+        case(
+            f"a4_place_override_{name}",
+            "3",
+            f"an overridable initializer read by a fused norm, fed: {name.replace('_', ' ')}",
+            build,
+            expect,
+            overrides=overrides,
+            fixed=fixed,
+        )
+
+
 def _guard_cases() -> None:
     items = [
         ("ceil_pool_one_site_plus_good", _guard_one, FUSE("layer-norm"), {}),
-        ("ceil_pool_two_sites_plus_two_good", _guard_many, FUSE("layer-norm", 1, rms_norm=1), {}),
+        ("ceil_pool_two_sites_plus_two_good", _guard_many, FUSE("layer-norm"), {}),
         ("ceil_pool_site_in_function", _guard_in_function, FUSE("layer-norm"), {}),
         ("convtranspose_same_output_padding", _convtranspose_norm, FUSE("layer-norm"), {}),
         ("ceil_pool_rms_only_site", _guard_ok_pool_gamma_free_rms, EITHER, {}),
@@ -1253,6 +1398,7 @@ for _group in (
     _function_ref_cases,
     _float16_cases,
     _placement_cases,
+    _override_cases,
     _guard_cases,
 ):
     _group()

@@ -46,7 +46,7 @@ def _params():
 def _original(name: str):
     case = BY_NAME[name]
     m = case.build()
-    feeds = feed_sets(m, (case.fixed,), {}, name)
+    feeds = feed_sets(m, (case.fixed,), case.overrides, name)
     s = session(m)
     return m, feeds, [s.run(None, f) for _, f in feeds]
 
@@ -90,6 +90,34 @@ def _loads(m: onnx.ModelProto, options: ort.SessionOptions) -> bool:
     except Exception:
         return False
     return True
+
+
+def _no_further_from_f64(m, feeds, originals, outputs) -> bool:
+    """A difference from the original is no error where the candidate is no further from a
+    float64 evaluation of the original than the original is (constant rows: the fused kernel's
+    exact zero against the decomposed form's cancellation noise)."""
+    m64 = float64_model(m)
+    if m64 is None:
+        return False
+    f64 = {
+        k: v.astype(np.float64) if v.dtype in (np.float16, np.float32) else v
+        for k, v in feeds.items()
+    }
+    refs = session(m64).run(None, f64)
+    floats = [
+        (o, c, r)
+        for o, c, r in zip(originals, outputs, refs, strict=True)
+        if np.issubdtype(o.dtype, np.floating)
+    ]
+    return all(_distance(c, r) <= _distance(o, r) for o, c, r in floats)
+
+
+def _distance(a: np.ndarray, ref: np.ndarray) -> float:
+    """Max abs distance to `ref`; a NaN or inf `ref` does not share counts as infinitely far."""
+    a = a.astype(np.float64)
+    same = (np.isnan(a) & np.isnan(ref)) | (np.isinf(a) & (a == ref))
+    d = np.where(same, 0.0, np.abs(a - ref))
+    return float(np.nan_to_num(d, nan=np.inf).max(initial=0.0))
 
 
 def _f64_problems(m, fused, feeds) -> list[str]:
@@ -187,7 +215,7 @@ def check(case: Case4, config: str) -> list[str]:
             problems.append(f"UNRUNNABLE on {label}: {str(error).splitlines()[0][:300]}")
             return problems
         verdict = compare(originals, outputs, dtype)
-        if not verdict.ok:
+        if not verdict.ok and not _no_further_from_f64(m, f, originals, outputs):
             problems.append(f"WRONG-NUMERICS on {label}: {verdict.detail}")
     if result.report.sites:
         problems += _placement_problems(m, out)
