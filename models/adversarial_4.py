@@ -1390,6 +1390,204 @@ def _guard_cases() -> None:
         )
 
 
+# ---------------------------------------------------------------- more, after the first run
+
+
+def _f16_two_consumers() -> onnx.ModelProto:
+    """The float32 norm output is both cast back to float16 and a float32 graph output."""
+    g = G(opset=18)
+    x32 = g.op("Cast", ["x"], to=F)
+    n = rms(g, x32, gamma=np.linspace(0.5, 1.5, 16).astype(np.float32))
+    g.op("Cast", [n], "y", to=F16)
+    g.op("Identity", [n], "y32")
+    return model(g, [("x", F16, SHAPE)], [("y", F16, SHAPE), ("y32", F, SHAPE)])
+
+
+def _f16_gamma_cast_inside() -> onnx.ModelProto:
+    """Mul(norm32, Cast(gamma16 -> float32)): the weight stored in float16, widened in-graph."""
+    g = G(opset=18)
+    x32 = g.op("Cast", ["x"], to=F)
+    w = g.op("Cast", [g.init(np.linspace(0.5, 1.5, 16), "w16", np.float16)], to=F)
+    n = rms(g, x32, gamma=w)
+    g.op("Cast", [n], "y", to=F16)
+    return model(g, [("x", F16, SHAPE)], [("y", F16, SHAPE)])
+
+
+def _f16_ln_mul_add_after_cast() -> onnx.ModelProto:
+    g = G(opset=18)
+    n = ln(g, g.op("Cast", ["x"], to=F), gamma=None, beta=None)
+    c = g.op("Cast", [n], to=F16)
+    m = g.op("Mul", [c, g.init(np.linspace(0.5, 1.5, 16), "w", np.float16)])
+    g.op("Add", [m, g.init(np.linspace(-0.5, 0.5, 16), "b", np.float16)], "y")
+    return model(g, [("x", F16, SHAPE)], [("y", F16, SHAPE)])
+
+
+def _f16_eps_underflows() -> onnx.ModelProto:
+    """A native float16 norm whose epsilon 1e-8 is 0 in float16."""
+    g = G(opset=17, dtype=np.float16)
+    ln(g, "x", out="y", eps=np.float16(1e-8))
+    return model(g, [("x", F16, SHAPE)], [("y", F16, SHAPE)])
+
+
+def _f16_shared_input_cast() -> onnx.ModelProto:
+    """The Cast(x -> float32) also feeds a float32 residual output."""
+    g = G(opset=18)
+    x32 = g.op("Cast", ["x"], "x32", to=F)
+    n = rms(g, x32, gamma=np.linspace(0.5, 1.5, 16).astype(np.float32))
+    g.op("Cast", [n], "y", to=F16)
+    g.op("Add", [x32, n], "res")
+    return model(g, [("x", F16, SHAPE)], [("y", F16, SHAPE), ("res", F, SHAPE)])
+
+
+def _f16_in_branch_outer_weight() -> onnx.ModelProto:
+    """A merged-decoder-like If: both branches norm in float32 between Casts and apply the outer
+    float16 weight after the cast back."""
+    g = G(opset=18)
+    w = g.init(np.linspace(0.5, 1.5, 16), "weight", np.float16)
+    branches = []
+    for prefix in ("t_", "e_"):
+        b = G(prefix, opset=18)
+        n = rms(b, b.op("Cast", ["x"], to=F), gamma=None)
+        b.op("Mul", [b.op("Cast", [n], to=F16), w], f"{prefix}y")
+        branches.append(body(b, [], [(f"{prefix}y", F16, SHAPE)]))
+    g.nodes.append(
+        helper.make_node("If", ["c"], ["y"], then_branch=branches[0], else_branch=branches[1])
+    )
+    return model(g, [("x", F16, SHAPE), ("c", TensorProto.BOOL, ())], [("y", F16, SHAPE)])
+
+
+def _double(kind: str, opset: int):
+    def build():
+        g = G(opset=opset, dtype=np.float64)
+        (ln if kind == "ln" else rms)(g, "x", out="y")
+        return model(g, [("x", TensorProto.DOUBLE, SHAPE)], [("y", TensorProto.DOUBLE, SHAPE)])
+
+    return build
+
+
+def _lookalike_plus_rms() -> onnx.ModelProto:
+    """A look-alike (eps outside the root) keeps its ReduceMean-13 (axes attribute, keepdims=0
+    + Unsqueeze-free), beside an RMS norm that asks for the raise to 23."""
+    g = G(opset=17)
+    ln(g, "x", out="y", eps_outside=True)
+    rms(g, "x", out="y2")
+    return model(g, [("x", F, SHAPE)], [("y", F, SHAPE), ("y2", F, SHAPE)])
+
+
+def _left_ln_plus_rms() -> onnx.ModelProto:
+    """An LN left decomposed (ConvTranspose dims not trusted) beside an RMS norm: at 23 the
+    left norm's ReduceMean-13s must be adapted."""
+    m = _convtranspose_norm()
+    g = G("r_", opset=17)
+    rms(g, "x", out="y3")
+    m.graph.node.extend(g.nodes)
+    m.graph.initializer.extend(g.inits)
+    m.graph.output.append(vi("y3", F, SHAPE))
+    return m
+
+
+def _function_other_opset() -> onnx.ModelProto:
+    """A local function importing opset 16 in a model at 17 (its ReduceMax-13 with axes)."""
+    node = helper.make_node("ReduceMax", ["a"], ["b"], axes=[-1], keepdims=1)
+    fn = helper.make_function("local", "fn", ["a"], ["b"], [node], [helper.make_opsetid("", 16)])
+    g = G(opset=17)
+    rms(g, "x", out="y")
+    g.nodes.append(helper.make_node("fn", ["x"], ["fo"], domain="local"))
+    return model(
+        g,
+        [("x", F, SHAPE)],
+        [("y", F, SHAPE), ("fo", F, (2, 5, 1))],
+        functions=[fn],
+        opsets={"local": 1},
+    )
+
+
+def _opset13_mixed() -> onnx.ModelProto:
+    """Opset 13: a layer norm (raise to 17) beside inference BatchNormalization-9, Resize-13
+    and Pad-13."""
+    g = G(opset=13)
+    ln(g, "x", out="y")
+    c = 3
+    bn = [g.init(np.linspace(0.5, 1.5, c), g.fresh(n)) for n in ("s", "b", "m")]
+    bn.append(g.init(np.linspace(1.0, 2.0, c), g.fresh("v")))
+    g.op("BatchNormalization", ["img", *bn], "bn")
+    scales = g.init(np.array([1.0, 1.0, 2.0, 2.0]), "scales")
+    g.op("Resize", ["img", "", scales], "rs", mode="linear")
+    pads = g.init(np.array([0, 0, 1, 1, 0, 0, 1, 1]), "pads", np.int64)
+    g.op("Pad", ["img", pads], "pd", mode="reflect")
+    return model(
+        g,
+        [("x", F, SHAPE), ("img", F, (1, c, 4, 4))],
+        [
+            ("y", F, SHAPE),
+            ("bn", F, (1, c, 4, 4)),
+            ("rs", F, (1, c, 8, 8)),
+            ("pd", F, (1, c, 6, 6)),
+        ],
+    )
+
+
+def _roialign_in_loop() -> onnx.ModelProto:
+    """RoiAlign-10 (default mode) inside a Loop body at opset 15, a layer norm in the graph."""
+    g = G(opset=15)
+    ln(g, "x", out="y")
+    b = G("l_", opset=15)
+    rois = b.init(np.array([[0.5, 0.5, 3.2, 3.7]]), "l_rois")
+    idx = b.init(np.array([0]), "l_bi", np.int64)
+    b.op("RoiAlign", ["img", rois, idx], "l_r", output_height=2, output_width=2)
+    b.op("Add", ["l_s", "l_r"], "l_s2")
+    b.op("Identity", ["l_cond"], "l_cond2")
+    st = (1, 2, 2, 2)
+    trip = g.init(np.array(2), "trip", np.int64)
+    cond = g.init(np.array(True), "cond", np.bool_)
+    init = g.init(np.zeros(st), "s0")
+    loop_body = body(
+        b,
+        [("l_i", I64, ()), ("l_cond", TensorProto.BOOL, ()), ("l_s", F, st)],
+        [("l_cond2", TensorProto.BOOL, ()), ("l_s2", F, st)],
+    )
+    g.nodes.append(helper.make_node("Loop", [trip, cond, init], ["ls"], body=loop_body))
+    return model(g, [("x", F, SHAPE), ("img", F, (1, 2, 6, 6))], [("y", F, SHAPE), ("ls", F, st)])
+
+
+def _more_cases() -> None:
+    f16 = [
+        ("f16_two_consumers_f32_output", _f16_two_consumers, EITHER),
+        ("f16_gamma_cast_inside", _f16_gamma_cast_inside, FUSE("rms-norm")),
+        ("f16_ln_mul_add_after_cast", _f16_ln_mul_add_after_cast, FUSE("layer-norm")),
+        ("f16_eps_underflows_to_zero", _f16_eps_underflows, EITHER),
+        ("f16_shared_input_cast", _f16_shared_input_cast, FUSE("rms-norm")),
+        ("f16_in_branches_outer_weight", _f16_in_branch_outer_weight, FUSE("rms-norm", 2)),
+        ("f64_ln_opset16", _double("ln", 16), EITHER),
+        ("f64_rms_opset17", _double("rms", 17), EITHER),
+    ]
+    for name, build, expect in f16:
+        fixed = {"c": np.array(True)} if "branch" in name else {}
+        case(
+            f"a4_{name}",
+            "2",
+            name.replace("_", " "),
+            build,
+            expect,
+            f64_ratio=True,
+            fixed=fixed,
+        )
+    raise_cases = [
+        (
+            "lookalike_reducemean_survives",
+            _lookalike_plus_rms,
+            FUSE("rms-norm"),
+            ("default", "onnx"),
+        ),
+        ("left_ln_reducemean_survives", _left_ln_plus_rms, FUSE("rms-norm"), ("default", "onnx")),
+        ("function_other_opset", _function_other_opset, KEEP("opset-too-low"), ("onnx",)),
+        ("opset13_bn_resize_pad", _opset13_mixed, FUSE("layer-norm"), ("default", "onnx")),
+        ("roialign_in_loop_opset15", _roialign_in_loop, FUSE("layer-norm"), ("default", "onnx")),
+    ]
+    for name, build, expect, configs in raise_cases:
+        case(f"a4_raise_{name}", "1", name.replace("_", " "), build, expect, configs=configs)
+
+
 for _group in (
     _raise_reduce_cases,
     _raise_split_cases,
@@ -1400,5 +1598,6 @@ for _group in (
     _placement_cases,
     _override_cases,
     _guard_cases,
+    _more_cases,
 ):
     _group()
