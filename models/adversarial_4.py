@@ -1550,7 +1550,67 @@ def _roialign_in_loop() -> onnx.ModelProto:
     return model(g, [("x", F, SHAPE), ("img", F, (1, 2, 6, 6))], [("y", F, SHAPE), ("ls", F, st)])
 
 
+def _odd_shape(kind: str, shape, axes=(-1,), opset: int = 17):
+    def build():
+        g = G(opset=opset)
+        (ln if kind == "ln" else rms)(g, "x", out="y", axes=axes, shape=shape)
+        return model(g, [("x", F, shape)], [("y", F, shape)])
+
+    return build
+
+
+def _name_collision_main() -> onnx.ModelProto:
+    """A tensor named like the adapter's constant (`<output>_axes`) already exists."""
+    g = G(opset=17)
+    rms(g, "x", out="y")
+    g.op("ReduceMax", ["x"], "r", axes=[-1], keepdims=1)
+    g.init(np.array([0]), "r_axes", np.int64)
+    g.op("Unsqueeze", ["r", "r_axes"], "u")
+    return model(g, [("x", F, SHAPE)], [("y", F, SHAPE), ("u", F, (1, 2, 5, 1))])
+
+
+def _name_collision_body() -> onnx.ModelProto:
+    """A branch defines `r_axes`, the name the adapter would give the main ReduceMax's axes."""
+    g = G(opset=17)
+    rms(g, "x", out="y")
+    g.op("ReduceMax", ["x"], "r", axes=[-1], keepdims=1)
+    tg = G("t_", opset=17)
+    tg.op("ReduceMin", ["x"], "r_axes", axes=[-1], keepdims=1)
+    tg.op("Sub", ["r", "r_axes"], "t_o")
+    eg = G("e_", opset=17)
+    eg.op("Identity", ["r"], "e_o")
+    out = (2, 5, 1)
+    g.nodes.append(
+        helper.make_node(
+            "If",
+            ["c"],
+            ["o"],
+            then_branch=body(tg, [], [("t_o", F, out)]),
+            else_branch=body(eg, [], [("e_o", F, out)]),
+        )
+    )
+    return model(
+        g, [("x", F, SHAPE), ("c", TensorProto.BOOL, ())], [("y", F, SHAPE), ("o", F, out)]
+    )
+
+
 def _more_cases() -> None:
+    for name, build in (
+        ("rank1_ln", _odd_shape("ln", (16,))),
+        ("rank1_rms", _odd_shape("rms", (16,))),
+        ("rank2_batch1_ln", _odd_shape("ln", (1, 16))),
+        ("normalised_dim_1_ln", _odd_shape("ln", (3, 1))),
+        ("normalised_dim_1_rms", _odd_shape("rms", (3, 1))),
+        ("two_axes_with_unit_dim_ln", _odd_shape("ln", (2, 3, 1, 4), axes=(-2, -1))),
+        ("rank5_three_axes_rms", _odd_shape("rms", (1, 2, 2, 3, 4), axes=(-3, -2, -1))),
+        ("opset13_rank4_ln", _odd_shape("ln", (2, 1, 1, 16), opset=13)),
+    ):
+        case(f"a4_guard_{name}", "4", f"odd shapes run after fusion: {name}", build, EITHER)
+    for name, build, fixed in (
+        ("name_collision_main", _name_collision_main, {}),
+        ("name_collision_body", _name_collision_body, {"c": np.array(True)}),
+    ):
+        case(f"a4_raise_{name}", "1", name.replace("_", " "), build, FUSE("rms-norm"), fixed=fixed)
     f16 = [
         ("f16_two_consumers_f32_output", _f16_two_consumers, EITHER),
         ("f16_gamma_cast_inside", _f16_gamma_cast_inside, FUSE("rms-norm")),
