@@ -1661,3 +1661,40 @@ for _group in (
     _more_cases,
 ):
     _group()
+
+
+def main(argv=None) -> None:
+    """`python -m models.adversarial_4 --save NAME FOLDER` writes the case as NAME.onnx (weights
+    external for an external-data case) and its random feeds as NAME.npz; `--list` prints every
+    case."""
+    import argparse
+    import copy
+    from pathlib import Path
+
+    from models.adversarial import feed_sets
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--save", nargs=2, metavar=("NAME", "FOLDER"))
+    args = parser.parse_args(argv)
+    if args.list:
+        for c in CASES:
+            print(f"{c.name:56s} {c.feature} {c.expect.outcome:6s} {c.statement}")
+    if args.save:
+        name, folder = args.save
+        c = next(c for c in CASES if c.name == name)
+        m = c.build()
+        path = Path(folder) / f"{name}.onnx"
+        external = {
+            "save_as_external_data": True,
+            "location": f"{name}.data",
+            "size_threshold": 1024,
+        }
+        onnx.save(copy.deepcopy(m), path, **(external if c.external else {}))
+        feeds = dict(feed_sets(m, (c.fixed,), c.overrides, name))["random"]
+        np.savez(Path(folder) / f"{name}.npz", **feeds)
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
