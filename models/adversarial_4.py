@@ -1594,7 +1594,47 @@ def _name_collision_body() -> onnx.ModelProto:
     )
 
 
+def _old_opset(opset: int):
+    """A layer norm at opset 11/12/13 beside ops whose meaning changes at 13 (Softmax's axis,
+    Squeeze's and Split's attributes becoming inputs)."""
+
+    def build():
+        g = G(opset=opset)
+        ln(g, "x", out="y")
+        g.op("Softmax", ["x"], "sm", axis=1)
+        ins, outs = [("x", F, SHAPE)], [("y", F, SHAPE), ("sm", F, SHAPE)]
+        if opset < 13:
+            g.op("Squeeze", ["u"], "sq", axes=[0])
+            g.nodes.append(helper.make_node("Split", ["x"], ["s0", "s1"], axis=-1, split=[4, 12]))
+            ins.append(("u", F, (1, 5)))
+            outs += [("sq", F, (5,)), ("s0", F, (2, 5, 4)), ("s1", F, (2, 5, 12))]
+        return model(g, ins, outs, ir=7)
+
+    return build
+
+
+def _alias_import() -> onnx.ModelProto:
+    """The default domain imported as `ai.onnx`."""
+    m = _rms_plus(_reduce("ReduceMax", [1], 1, (2, 1, 16)))()
+    m.opset_import[0].domain = "ai.onnx"
+    return m
+
+
 def _more_cases() -> None:
+    for name, build, expect, configs in (
+        ("opset11_softmax_squeeze_split", _old_opset(11), FUSE("layer-norm"), ("default",)),
+        ("opset11_onnx_refused", _old_opset(11), KEEP("opset-too-low"), ("onnx",)),
+        ("opset12_softmax_squeeze_split", _old_opset(12), FUSE("layer-norm"), ("default",)),
+        ("opset12_onnx_refused", _old_opset(12), KEEP("opset-too-low"), ("onnx",)),
+        ("opset13_softmax_axis", _old_opset(13), FUSE("layer-norm"), ("default", "onnx")),
+        (
+            "default_domain_imported_as_ai_onnx",
+            _alias_import,
+            FUSE("rms-norm"),
+            ("default", "onnx"),
+        ),
+    ):
+        case(f"a4_raise_{name}", "1", name.replace("_", " "), build, expect, configs=configs)
     for name, build in (
         ("rank1_ln", _odd_shape("ln", (16,))),
         ("rank1_rms", _odd_shape("rms", (16,))),
