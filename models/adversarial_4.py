@@ -31,6 +31,8 @@ CONFIGS = {"default": {}, "onnx": {"target": "onnx"}}
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a4_raise_function_reduce_attr_ref_broadcast": ("ADV4-01", ("onnx",)),
     "a4_raise_fn_dft_axis_ref": ("ADV4-01", ("onnx",)),
+    "a4_raise_function_if_body_attr_ref": ("ADV4-01", ("onnx",)),
+    "a4_raise_nested_function_attr_ref": ("ADV4-01", ("onnx",)),
     "a4_raise_fn_maxpool_ceil_mode_ref": ("ADV4-02", ("onnx",)),
     "a4_raise_fn_gridsample_mode_ref_bilinear": ("ADV4-03", ("onnx",)),
     "a4_raise_fn_gridsample_mode_ref_bicubic": ("ADV4-03", ("onnx",)),
@@ -555,6 +557,69 @@ def _fn_ref(op: str, inputs, attrs: dict, refs: dict, call: dict, ins, outs, def
     return build
 
 
+def _function_if_body_attr_ref() -> onnx.ModelProto:
+    """fn(a, c) = If(c, then: a - ReduceMax(a, axes=@ax), else: a): the reference sits in a
+    branch inside the function body."""
+    reduce = helper.make_node("ReduceMax", ["a"], ["t_m"], keepdims=1)
+    reduce.attribute.append(_ref("axes", "ax", onnx.AttributeProto.INTS))
+    then_g = helper.make_graph(
+        [reduce, helper.make_node("Sub", ["a", "t_m"], ["t_o"])], "then", [], [vi("t_o", F, None)]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Identity", ["a"], ["e_o"])], "else", [], [vi("e_o", F, None)]
+    )
+    node = helper.make_node("If", ["c"], ["b"], then_branch=then_g, else_branch=else_g)
+    fn = helper.make_function(
+        "local", "fn", ["a", "c"], ["b"], [node], [helper.make_opsetid("", 17)], attributes=["ax"]
+    )
+    g = G(opset=17)
+    rms(g, "x", out="y")
+    g.nodes.append(helper.make_node("fn", ["x", "c"], ["fo"], domain="local", ax=[2]))
+    return model(
+        g,
+        [("x", F, SHAPE), ("c", TensorProto.BOOL, ())],
+        [("y", F, SHAPE), ("fo", F, SHAPE)],
+        functions=[fn],
+        opsets={"local": 1},
+    )
+
+
+def _nested_function_attr_ref() -> onnx.ModelProto:
+    """outer(a) calls inner(a) with ax=@ax2; inner's ReduceMax reads axes=@ax; broadcast back."""
+    reduce = helper.make_node("ReduceMax", ["a"], ["m"], keepdims=1)
+    reduce.attribute.append(_ref("axes", "ax", onnx.AttributeProto.INTS))
+    inner = helper.make_function(
+        "local",
+        "inner",
+        ["a"],
+        ["b"],
+        [reduce, helper.make_node("Sub", ["a", "m"], ["b"])],
+        [helper.make_opsetid("", 17)],
+        attributes=["ax"],
+    )
+    call = helper.make_node("inner", ["a"], ["b"], domain="local")
+    call.attribute.append(_ref("ax", "ax2", onnx.AttributeProto.INTS))
+    outer = helper.make_function(
+        "local",
+        "outer",
+        ["a"],
+        ["b"],
+        [call],
+        [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+        attributes=["ax2"],
+    )
+    g = G(opset=17)
+    rms(g, "x", out="y")
+    g.nodes.append(helper.make_node("outer", ["x"], ["fo"], domain="local", ax2=[1]))
+    return model(
+        g,
+        [("x", F, SHAPE)],
+        [("y", F, SHAPE), ("fo", F, SHAPE)],
+        functions=[inner, outer],
+        opsets={"local": 1},
+    )
+
+
 def _function_split() -> onnx.ModelProto:
     nodes = [
         helper.make_node("Split", ["a"], ["p", "q"], axis=-1),
@@ -786,6 +851,8 @@ def _raise_scope_cases() -> None:
         ("function_reduce_axes", _function_reduce, FUSE("rms-norm"), {}),
         ("function_reduce_axes_attribute_ref", _function_reduce_attr_ref, EITHER, {}),
         ("function_reduce_attr_ref_broadcast", _function_reduce_attr_ref_broadcast, EITHER, {}),
+        ("function_if_body_attr_ref", _function_if_body_attr_ref, EITHER, {"c": np.array(True)}),
+        ("nested_function_attr_ref", _nested_function_attr_ref, EITHER, {}),
         ("function_split_even", _function_split, FUSE("rms-norm"), {}),
         ("function_norm_and_reduce", _function_with_norm_and_reduce, FUSE("rms-norm"), {}),
     ]
@@ -1318,7 +1385,50 @@ def _guard_ok_pool_gamma_free_rms() -> onnx.ModelProto:
     return model(g, [("p", F, (2, 3, 5))], [("y", F, DYN)])
 
 
+def _branch_overridable_constant(which: str):
+    """A norm in an If branch whose epsilon (or exponent) is an overridable main initializer."""
+
+    def build():
+        g = G(opset=17)
+        eps = g.init(np.float32(1e-5), "eps_w")
+        two = g.init(np.float32(2.0), "two_w")
+        tg = G("t_", opset=17)
+        rms(tg, "x", out="t_y", eps=eps, exp=two)
+        eg = G("e_", opset=17)
+        eg.op("Identity", ["x"], "e_y")
+        g.nodes.append(
+            helper.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                then_branch=body(tg, [], [("t_y", F, SHAPE)]),
+                else_branch=body(eg, [], [("e_y", F, SHAPE)]),
+            )
+        )
+        return model(
+            g,
+            [("x", F, SHAPE), ("c", TensorProto.BOOL, ())],
+            [("y", F, SHAPE)],
+            overridable=(which,),
+        )
+
+    return build
+
+
 def _override_cases() -> None:
+    for name, which, value in (
+        ("eps", "eps_w", np.float32(0.5)),
+        ("exponent", "two_w", np.float32(3.0)),
+    ):
+        case(
+            f"a4_place_override_branch_{name}",
+            "3",
+            f"an overridable {name} in the main graph read by a norm in an If branch, fed",
+            _branch_overridable_constant(which),
+            KEEP(),
+            overrides={which: value},
+            fixed={"c": np.array(True)},
+        )
     rng = np.random.default_rng(7)
     for name, build, expect, overrides, fixed in (
         (
