@@ -1730,7 +1730,31 @@ def _alias_import() -> onnx.ModelProto:
     return m
 
 
+def _f16_native_matmul(kind: str, width: int = 64, opset: int = 17, add_after: bool = False):
+    """A native float16 norm (every op in float16) feeding a float16 MatMul: ORT CPU runs the
+    decomposed ops in float32 and may keep the norm output unrounded into the MatMul."""
+
+    def build():
+        shape = (2, 5, width)
+        g = G(opset=opset, dtype=np.float16, seed=3)
+        n = (ln if kind == "ln" else rms)(g, "x", shape=shape)
+        w = g.init(g.rng.normal(0, 1, (width, width)), "proj", np.float16)
+        mm = g.op("MatMul", [n, w], None if add_after else "y")
+        if add_after:
+            g.op("Add", [mm, "x"], "y")
+        return model(g, [("x", F16, shape)], [("y", F16, shape)])
+
+    return build
+
+
 def _more_cases() -> None:
+    for name, build in (
+        ("ln_native_matmul", _f16_native_matmul("ln")),
+        ("rms_native_matmul_opset18", _f16_native_matmul("rms", opset=18)),
+        ("ln_native_matmul_wide_residual", _f16_native_matmul("ln", 512, add_after=True)),
+        ("rms_native_matmul_wide", _f16_native_matmul("rms", 512, opset=18)),
+    ):
+        case(f"a4_f16_{name}", "2", name.replace("_", " "), build, EITHER, f64_ratio=True)
     for name, build, expect, configs in (
         ("opset11_softmax_squeeze_split", _old_opset(11), FUSE("layer-norm"), ("default",)),
         ("opset11_onnx_refused", _old_opset(11), KEEP("opset-too-low"), ("onnx",)),
