@@ -1141,7 +1141,9 @@ def _big_external(kind: str = "rms", in_branch: bool = False, f16: bool = False)
     return build
 
 
-def _wide_external(in_branch: bool = False, kind: str = "ln", graph_output: bool = False):
+def _wide_external(
+    in_branch: bool = False, kind: str = "ln", graph_output: bool = False, overridable=()
+):
     """A norm over 1024 features: gamma and beta (4 KiB each) go to external data."""
 
     def build():
@@ -1174,7 +1176,7 @@ def _wide_external(in_branch: bool = False, kind: str = "ln", graph_output: bool
         if graph_output:
             g.op("Identity", [gamma], "gamma_out")
             outs.append(("gamma_out", F, (width,)))
-        return model(g, ins, outs)
+        return model(g, ins, outs, overridable=overridable)
 
     return build
 
@@ -1299,6 +1301,34 @@ def _placement_cases() -> None:
         ),
         ("initializer_gamma_is_graph_output", _initializer_is_output, FUSE("rms-norm"), {}, False),
     ]
+    rng = np.random.default_rng(11)
+    for name, build, over, fixed in (
+        (
+            "external_overridable_gamma_ln",
+            _wide_external(overridable=("gamma_w",)),
+            {"gamma_w": rng.uniform(-2, 2, 1024).astype(np.float32)},
+            {},
+        ),
+        (
+            "external_overridable_gamma_beta_branch",
+            _wide_external(in_branch=True, overridable=("gamma_w", "beta_w")),
+            {
+                "gamma_w": rng.uniform(-2, 2, 1024).astype(np.float32),
+                "beta_w": rng.uniform(-2, 2, 1024).astype(np.float32),
+            },
+            {"c": np.array(True)},
+        ),
+    ):
+        case(
+            f"a4_place_{name}",
+            "3",
+            f"external data, overridable parameters fed: {name.replace('_', ' ')}",
+            build,
+            EITHER,
+            fixed=fixed,
+            overrides=over,
+            external=True,
+        )
     for name, build, expect, fixed, external in items:
         case(
             f"a4_place_{name}",
