@@ -1511,7 +1511,30 @@ def _override_cases() -> None:
         )
 
 
+def _range_norm(limit: float, delta: float):
+    """An affine-free layer norm over a float Range whose length float32 and float64 count
+    differently (0.3 / 0.1: 3 in float32, 4 in float64; onnx and ORT both say 4)."""
+
+    def build():
+        g = G(opset=18)
+        start = g.init(np.float32(0), "start")
+        r = g.op(
+            "Range", [start, g.init(np.float32(limit), "limit"), g.init(np.float32(delta), "delta")]
+        )
+        u = g.op("Unsqueeze", [r, g.init([0, 1], "uaxes", np.int64)])
+        a = g.op("Add", [u, g.op("Mul", ["x", g.init(np.float32(0), "zero")])])
+        ln(g, a, out="y", gamma=None, beta=None, shape=(1, 1, 1))
+        return model(g, [("x", F, (1, 1, 1))], [("y", F, DYN)])
+
+    return build
+
+
 def _guard_cases() -> None:
+    for name, build in (
+        ("float_range_length_0p3_by_0p1", _range_norm(0.3, 0.1)),
+        ("float_range_length_1p1_by_0p1", _range_norm(1.1, 0.1)),
+    ):
+        case(f"a4_guard_{name}", "4", name.replace("_", " "), build, EITHER)
     items = [
         ("ceil_pool_one_site_plus_good", _guard_one, FUSE("layer-norm"), {}),
         ("ceil_pool_two_sites_plus_two_good", _guard_many, FUSE("layer-norm"), {}),
