@@ -1529,7 +1529,35 @@ def _range_norm(limit: float, delta: float):
     return build
 
 
+def _raise_breaks_function_many_sites() -> onnx.ModelProto:
+    """Two RMS norms (which ask for 23), a layer norm (17 is enough) and a function whose
+    GridSample(mode=@m) the raise cannot express: the rollback must keep the layer norm."""
+    m = _fn_ref(
+        "GridSample",
+        ["img", "grid"],
+        {},
+        {"mode": ("m", onnx.AttributeProto.STRING)},
+        {"m": "bilinear"},
+        [("img", F, (1, 2, 5, 5)), ("grid", F, (1, 3, 3, 2))],
+        [("fo", F, (1, 2, 3, 3))],
+    )()
+    g = G("k_", opset=17)
+    rms(g, "x", out="y2")
+    ln(g, "x", out="y3")
+    m.graph.node.extend(g.nodes)
+    m.graph.initializer.extend(g.inits)
+    m.graph.output.extend([vi("y2", F, SHAPE), vi("y3", F, SHAPE)])
+    return m
+
+
 def _guard_cases() -> None:
+    case(
+        "a4_guard_raise_rollback_keeps_layer_norm",
+        "4",
+        "a raise broken by a function node: the RMS norms rolled back, the layer norm kept",
+        _raise_breaks_function_many_sites,
+        FUSE("layer-norm"),
+    )
     for name, build in (
         ("float_range_length_0p3_by_0p1", _range_norm(0.3, 0.1)),
         ("float_range_length_1p1_by_0p1", _range_norm(1.1, 0.1)),
