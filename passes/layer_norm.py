@@ -27,7 +27,8 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
+from normfuse.rewrite import Context
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)

@@ -21,7 +21,8 @@ import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
+from normfuse.rewrite import Context
 
 KIND = "rms-norm"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import guard, model_io, model_view, placement, rewrite, rollback, targets
+from normfuse import guard, model_io, model_view, placement, records, rewrite, rollback, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.errors import NormfuseError, guard_rewrite
@@ -164,7 +164,7 @@ def _optimize(
             if view.unsupported is None:
                 result = rewrite.run(graph, chosen_passes, context, function_contexts)
             else:
-                refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
+                refused = records.NearMiss("model", "", "unsupported-scope", view.unsupported)
                 result = rewrite.RunResult([], [refused])
             optimised, blocker = _finalise(original, view, graph, result.sites)
             if blocker is None:
@@ -238,7 +238,7 @@ def _finalise(
     original: onnx.ModelProto,
     view: model_view.ModelView,
     graph: gs.Graph,
-    sites: list[rewrite.Site],
+    sites: list[records.Site],
 ) -> tuple[onnx.ModelProto | None, tuple[int, str] | None]:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
     and domains its new nodes need (the output guard then proves it: `rollback.guarded`); or,

@@ -22,7 +22,8 @@ from normfuse.same_shape import format_shape, same_shape
 
 if TYPE_CHECKING:  # a leaf module: the driver imports it, never the other way
     from normfuse.pattern import Match
-    from normfuse.rewrite import Context, FusedNode, Site
+    from normfuse.records import FusedNode, Site
+    from normfuse.rewrite import Context
 
 FLOAT, FLOAT16, DOUBLE = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE
 MS_DOMAIN = "com.microsoft"

@@ -17,12 +17,10 @@ import onnx_graphsurgeon as gs
 from normfuse.constants import reduce_axes, written_axes
 from normfuse.folding import schema
 from normfuse.pattern import Match
+from normfuse.records import FusedNode, Reject, Site
 from normfuse.rewrite import (
     INTERMEDIATE_USED_ELSEWHERE,
     Context,
-    FusedNode,
-    Reject,
-    Site,
     check_attribute_values,
     node_label,
 )
