@@ -26,9 +26,9 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import Site
-from normfuse.rewrite import Context
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)

@@ -20,9 +20,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import Site
-from normfuse.rewrite import Context
 
 KIND = "rms-norm"
 

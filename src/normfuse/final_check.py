@@ -21,9 +21,9 @@ import onnx_graphsurgeon as gs
 from normfuse.same_shape import format_shape, same_shape
 
 if TYPE_CHECKING:  # a leaf module: the driver imports it, never the other way
+    from normfuse.context import Context
     from normfuse.pattern import Match
     from normfuse.records import FusedNode, Site
-    from normfuse.rewrite import Context
 
 FLOAT, FLOAT16, DOUBLE = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE
 MS_DOMAIN = "com.microsoft"

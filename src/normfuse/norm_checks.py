@@ -15,15 +15,11 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes, written_axes
+from normfuse.context import Context
 from normfuse.folding import schema
 from normfuse.pattern import Match
 from normfuse.records import FusedNode, Reject, Site
-from normfuse.rewrite import (
-    INTERMEDIATE_USED_ELSEWHERE,
-    Context,
-    check_attribute_values,
-    node_label,
-)
+from normfuse.rewrite import INTERMEDIATE_USED_ELSEWHERE, check_attribute_values, node_label
 from normfuse.static_values import static_value
 from normfuse.targets import STANDARD_OPS, Target
 

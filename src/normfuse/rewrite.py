@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -20,52 +20,16 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse import final_check
-from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.constants import DEFAULT_DOMAINS
+from normfuse.context import Context
 from normfuse.pattern import Match, Pattern, match_first, root_ops
 from normfuse.records import FusedNode, NearMiss, Reject, Site
-from normfuse.targets import Emission, Target
-
-if TYPE_CHECKING:
-    from normfuse.forms import FormChooser
 
 INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
 ATTRIBUTE_REFERENCE = "attribute-reference"
 SHAPE_CONFLICT = "shape-conflict"
 CHECK_FAILED = "check-failed"
 MAX_ROUNDS = 8
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a check may consult: constants, inferred tensor types and shapes, the target."""
-
-    reader: ConstantReader
-    types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
-    target: Target
-    emissions: dict[str, Emission | None]
-    # Site outputs to leave decomposed (failed validation, measured slower): output ->
-    # (reason, detail) of the near-miss reported instead.
-    excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
-    form_chooser: FormChooser | None = None
-    # Tensors whose declared type contradicts the derived one: sites touching them are left.
-    conflicts: frozenset[str] = frozenset()
-    # Opsets the model may not be raised to -> why (the near-miss of a site that needs one).
-    opset_blockers: dict[int, str] = field(default_factory=dict)
-
-    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
-        """The shape of `tensor` (ints for static dims) when known."""
-        if isinstance(tensor, gs.Constant):
-            return tuple(tensor.shape)
-        known = self.types.get(tensor.name)
-        return None if known is None else known[1]
-
-    def elem_type(self, tensor: gs.Tensor) -> int | None:
-        """The ONNX element type of `tensor` when known."""
-        if isinstance(tensor, gs.Constant):
-            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
-        known = self.types.get(tensor.name)
-        return None if known is None else known[0]
 
 
 class FusionPass(Protocol):
