@@ -50,3 +50,12 @@ def test_records_and_context_are_leaves():
     graph = _graph()
     assert graph["records"] == (set(), set())
     assert graph["context"] == ({"constants", "targets"}, set())
+
+
+def test_passes_and_the_driver_do_not_import_each_other():
+    graph = _graph()
+    checks = [name for name in graph if name.startswith("passes.")] + ["norm_checks"]
+    for name in [*checks, "final_check"]:
+        runtime, typing = graph[name]
+        assert "rewrite" not in runtime | typing, name
+    assert not {name for name in graph["rewrite"][0] if name in checks}

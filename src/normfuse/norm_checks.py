@@ -16,10 +16,10 @@ import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes, written_axes
 from normfuse.context import Context
+from normfuse.final_check import check_attribute_values
 from normfuse.folding import schema
 from normfuse.pattern import Match
-from normfuse.records import FusedNode, Reject, Site
-from normfuse.rewrite import INTERMEDIATE_USED_ELSEWHERE, check_attribute_values, node_label
+from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Reject, Site, node_label
 from normfuse.static_values import static_value
 from normfuse.targets import STANDARD_OPS, Target
 

@@ -283,7 +283,7 @@ REASONS = (
     Reason(
         "attribute-reference",
         "a function body's node takes an attribute by reference",
-        ("rewrite",),
+        ("final_check",),
     ),
     Reason("check-failed", "the check tripped over the graph and could not decide", ("rewrite",)),
     Reason(

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_graphsurgeon as gs
 
+INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
+
 
 class Reject(Exception):
     """Raised by a pass's check: the match is not the family's function. `reason` is a stable
@@ -100,3 +102,8 @@ class NearMiss:
     def as_dict(self) -> dict:
         """The JSON form of DESIGN.md's report."""
         return {"kind": self.kind, "node": self.node, "reason": self.reason, "detail": self.detail}
+
+
+def node_label(node: gs.Node) -> str:
+    """A node's name, or `Op->output` for an unnamed node."""
+    return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"

@@ -22,11 +22,17 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 from normfuse import final_check
 from normfuse.constants import DEFAULT_DOMAINS
 from normfuse.context import Context
+from normfuse.final_check import check_attribute_values
 from normfuse.pattern import Match, Pattern, match_first, root_ops
-from normfuse.records import FusedNode, NearMiss, Reject, Site
+from normfuse.records import (
+    INTERMEDIATE_USED_ELSEWHERE,
+    FusedNode,
+    NearMiss,
+    Reject,
+    Site,
+    node_label,
+)
 
-INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
-ATTRIBUTE_REFERENCE = "attribute-reference"
 SHAPE_CONFLICT = "shape-conflict"
 CHECK_FAILED = "check-failed"
 MAX_ROUNDS = 8
@@ -200,18 +206,6 @@ def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Sit
         if unfit is not None:
             raise Reject(*unfit)
     return outcome
-
-
-def check_attribute_values(node: gs.Node) -> None:
-    """Raise `Reject` where `node` takes an attribute from a calling node (`@name` inside a
-    model-local function): its value differs per call site."""
-    refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
-    if refs:
-        raise Reject(
-            ATTRIBUTE_REFERENCE,
-            f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
-            "attributes; not resolved inside a shared function body",
-        )
 
 
 def _check_scope_facts(found: Match, context: Context) -> None:
@@ -490,11 +484,6 @@ def _holds_exactly(constant: gs.Constant, value: np.ndarray) -> bool:
     if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
         return False
     return constant.values.tobytes() == np.ascontiguousarray(value).tobytes()
-
-
-def node_label(node: gs.Node) -> str:
-    """A node's name, or `Op->output` for an unnamed node."""
-    return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"
 
 
 def _unique(name: str, taken) -> str:
