@@ -36,8 +36,9 @@ from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
+from normfuse.context import Context
 from normfuse.pattern import Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
 from normfuse.static_values import MAX_DEPTH
 
 KIND = "group-norm"

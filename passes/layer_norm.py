@@ -26,8 +26,9 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)

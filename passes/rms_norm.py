@@ -20,8 +20,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
 
 KIND = "rms-norm"
 

@@ -32,8 +32,9 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import Const, Match, Op, Var
-from normfuse.rewrite import Context, FusedNode, Site, node_label
+from normfuse.records import FusedNode, Site, node_label
 from normfuse.same_shape import format_shape, same_shape
 from normfuse.targets import Target
 

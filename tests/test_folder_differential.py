@@ -21,8 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from normfuse.constants import ConstantReader, reduce_axes
+from normfuse.context import Context
 from normfuse.folding import FOLDED_OPS
-from normfuse.rewrite import Context
 from normfuse.static_values import static_value
 from normfuse.targets import Target
 from tests.helpers import assert_same_numerics, session

@@ -22,7 +22,7 @@ from onnx import helper
 import normfuse
 from models.builders import GraphBuilder, LayerNormSpec, add_layer_norm, norm_model
 from normfuse import final_check, guard, inputs
-from normfuse.rewrite import FusedNode
+from normfuse.records import FusedNode
 
 FLOAT = onnx.TensorProto.FLOAT
 MS = "com.microsoft"

@@ -16,9 +16,10 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import guard, model_io, model_view, placement, rewrite, rollback, targets
+from normfuse import guard, model_io, model_view, placement, records, rewrite, rollback, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
+from normfuse.context import Context
 from normfuse.errors import NormfuseError, guard_rewrite
 from normfuse.folding import Opset
 from normfuse.forms import FormChooser
@@ -164,7 +165,7 @@ def _optimize(
             if view.unsupported is None:
                 result = rewrite.run(graph, chosen_passes, context, function_contexts)
             else:
-                refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
+                refused = records.NearMiss("model", "", "unsupported-scope", view.unsupported)
                 result = rewrite.RunResult([], [refused])
             optimised, blocker = _finalise(original, view, graph, result.sites)
             if blocker is None:
@@ -195,13 +196,13 @@ def _contexts(
     excluded: dict[str, tuple[str, str]],
     chooser: FormChooser | None,
     blocked: dict[int, str],
-) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
+) -> tuple[Context, dict[tuple[str, str], Context]]:
     """The context for the main graph, and one per model-local function (its own types and
     opset), raising the opset to none of `blocked`. One constant reader serves each scope (its
     folds are memoised; a function's reads its body at the function's opset)."""
     original = view.model
     model_opset = targets.default_opset(original) or None
-    context = rewrite.Context(
+    context = Context(
         ConstantReader(view.base_dir, opset=model_opset),
         view.types,
         target,
@@ -238,7 +239,7 @@ def _finalise(
     original: onnx.ModelProto,
     view: model_view.ModelView,
     graph: gs.Graph,
-    sites: list[rewrite.Site],
+    sites: list[records.Site],
 ) -> tuple[onnx.ModelProto | None, tuple[int, str] | None]:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
     and domains its new nodes need (the output guard then proves it: `rollback.guarded`); or,

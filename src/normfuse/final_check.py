@@ -6,6 +6,8 @@ for the op and element type (`KERNELS`, measured with onnxruntime 1.32), scale a
 the op's contract says (`X.shape[axis:]` for the norm ops, 1-D `[hidden]` for the `Skip*` ops),
 the output's element type and shape the replaced output's, a finite epsilon greater than 0 (or
 the one the replaced norm node already had). The driver turns a failure into a near-miss.
+`check_attribute_values` (a node taking an attribute by reference inside a function body) is
+the one scope fact both the driver and the shared checks ask of every matched node.
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from normfuse.records import Reject, node_label
 from normfuse.same_shape import format_shape, same_shape
 
 if TYPE_CHECKING:  # a leaf module: the driver imports it, never the other way
+    from normfuse.context import Context
     from normfuse.pattern import Match
-    from normfuse.rewrite import Context, FusedNode, Site
+    from normfuse.records import FusedNode, Site
 
 FLOAT, FLOAT16, DOUBLE = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE
 MS_DOMAIN = "com.microsoft"
+ATTRIBUTE_REFERENCE = "attribute-reference"
 NORM_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization")
 
 
@@ -242,3 +247,15 @@ def _check_param(
         raise Unfit(reason, "a constant of unknown shape")
     if shape is not None and not _agree(shape, normalised):
         raise Unfit(reason, f"tensor of shape {list(shape)}; the op needs {list(normalised)}")
+
+
+def check_attribute_values(node: gs.Node) -> None:
+    """Raise `Reject` where `node` takes an attribute from a calling node (`@name` inside a
+    model-local function): its value differs per call site."""
+    refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
+    if refs:
+        raise Reject(
+            ATTRIBUTE_REFERENCE,
+            f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
+            "attributes; not resolved inside a shared function body",
+        )

@@ -25,7 +25,7 @@ from onnx import helper, numpy_helper
 from normfuse import bench, sessions
 from normfuse.constants import ConstantReader
 from normfuse.inputs import input_shapes
-from normfuse.rewrite import Site
+from normfuse.records import Site
 from normfuse.same_shape import Deriver, format_shape
 from normfuse.shapes import TensorType, tensor_types
 from normfuse.site_inputs import IsolatedSite

@@ -15,17 +15,11 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse.constants import reduce_axes, written_axes
+from normfuse.context import Context
+from normfuse.final_check import check_attribute_values
 from normfuse.folding import schema
 from normfuse.pattern import Match
-from normfuse.rewrite import (
-    INTERMEDIATE_USED_ELSEWHERE,
-    Context,
-    FusedNode,
-    Reject,
-    Site,
-    check_attribute_values,
-    node_label,
-)
+from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Reject, Site, node_label
 from normfuse.static_values import static_value
 from normfuse.targets import STANDARD_OPS, Target
 

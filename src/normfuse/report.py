@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from normfuse.rewrite import NearMiss, Site
+from normfuse.records import NearMiss, Site
 from normfuse.shapes import TensorType
 from normfuse.validate import ValidationReport
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -20,143 +20,22 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse import final_check
-from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.constants import DEFAULT_DOMAINS
+from normfuse.context import Context
+from normfuse.final_check import check_attribute_values
 from normfuse.pattern import Match, Pattern, match_first, root_ops
-from normfuse.targets import Emission, Target
+from normfuse.records import (
+    INTERMEDIATE_USED_ELSEWHERE,
+    FusedNode,
+    NearMiss,
+    Reject,
+    Site,
+    node_label,
+)
 
-if TYPE_CHECKING:
-    from normfuse.forms import FormChooser
-
-INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
-ATTRIBUTE_REFERENCE = "attribute-reference"
 SHAPE_CONFLICT = "shape-conflict"
 CHECK_FAILED = "check-failed"
 MAX_ROUNDS = 8
-
-
-class Reject(Exception):
-    """Raised by a pass's check: the match is not the family's function. `reason` is a stable
-    kebab-case code; the driver reports it as a `NearMiss` at the site's key node."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class FusedNode:
-    """The node that replaces a site: inputs are graph tensors, new constants, or None (absent);
-    with `output_cast`, a Cast to that element type follows it and produces the site's output."""
-
-    op: str
-    domain: str
-    attrs: dict
-    inputs: tuple[gs.Tensor | np.ndarray | None, ...]
-    output_cast: int | None = None
-    # (output index, tensor): existing tensors the fused node also produces (a Skip op's sum),
-    # where something outside the site still uses them.
-    extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
-    # (perm before, perm after): Transposes around the node (channel-first layer norm).
-    layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-    # With `input_cast`, the first input is cast to that element type first (a float16 norm
-    # computed by the float32 kernel: see `norm_checks.widened_float16`).
-    input_cast: int | None = None
-    # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
-    # applies its affine after casting the statistics' result back.
-    after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
-
-
-@dataclass(frozen=True)
-class Site:
-    """One subgraph that will be (or was) fused."""
-
-    kind: str
-    op: str
-    domain: str
-    axis: int
-    epsilon: float
-    input: str
-    output: str
-    removed_nodes: tuple[str, ...]  # names, or `Op->output` for unnamed nodes
-    fused: FusedNode = field(repr=False, compare=False)
-    opset: int = 0
-    ort_only: bool = False
-    # Identities of the matched nodes (names may be empty or repeated): for overlap decisions.
-    node_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
-    # The matched output tensor itself (set by the driver): rewired by identity, never by name.
-    root: gs.Tensor | None = field(default=None, repr=False, compare=False)
-    # (domain, name) of the model-local function whose body holds the site; None: the main
-    # graph or a body nested in it (set by the driver).
-    function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
-
-    def input_names(self) -> tuple[str, ...]:
-        """The graph tensors the fused node reads (its non-constant inputs), first one first."""
-        return tuple(
-            value.name
-            for value in self.fused.inputs
-            if isinstance(value, gs.Variable) and value.name
-        )
-
-    def as_dict(self) -> dict:
-        """The JSON form of DESIGN.md's report."""
-        return {
-            "kind": self.kind,
-            "op": self.op,
-            "domain": self.domain,
-            "axis": self.axis,
-            "epsilon": self.epsilon,
-            "input": self.input,
-            "output": self.output,
-            "removed_nodes": list(self.removed_nodes),
-        }
-
-
-@dataclass(frozen=True)
-class NearMiss:
-    """A subgraph that looks like a normalisation but was not fused, and why."""
-
-    kind: str
-    node: str
-    reason: str
-    detail: str
-
-    def as_dict(self) -> dict:
-        """The JSON form of DESIGN.md's report."""
-        return {"kind": self.kind, "node": self.node, "reason": self.reason, "detail": self.detail}
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a check may consult: constants, inferred tensor types and shapes, the target."""
-
-    reader: ConstantReader
-    types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
-    target: Target
-    emissions: dict[str, Emission | None]
-    # Site outputs to leave decomposed (failed validation, measured slower): output ->
-    # (reason, detail) of the near-miss reported instead.
-    excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
-    form_chooser: FormChooser | None = None
-    # Tensors whose declared type contradicts the derived one: sites touching them are left.
-    conflicts: frozenset[str] = frozenset()
-    # Opsets the model may not be raised to -> why (the near-miss of a site that needs one).
-    opset_blockers: dict[int, str] = field(default_factory=dict)
-
-    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
-        """The shape of `tensor` (ints for static dims) when known."""
-        if isinstance(tensor, gs.Constant):
-            return tuple(tensor.shape)
-        known = self.types.get(tensor.name)
-        return None if known is None else known[1]
-
-    def elem_type(self, tensor: gs.Tensor) -> int | None:
-        """The ONNX element type of `tensor` when known."""
-        if isinstance(tensor, gs.Constant):
-            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
-        known = self.types.get(tensor.name)
-        return None if known is None else known[0]
 
 
 class FusionPass(Protocol):
@@ -327,18 +206,6 @@ def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Sit
         if unfit is not None:
             raise Reject(*unfit)
     return outcome
-
-
-def check_attribute_values(node: gs.Node) -> None:
-    """Raise `Reject` where `node` takes an attribute from a calling node (`@name` inside a
-    model-local function): its value differs per call site."""
-    refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
-    if refs:
-        raise Reject(
-            ATTRIBUTE_REFERENCE,
-            f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
-            "attributes; not resolved inside a shared function body",
-        )
 
 
 def _check_scope_facts(found: Match, context: Context) -> None:
@@ -617,11 +484,6 @@ def _holds_exactly(constant: gs.Constant, value: np.ndarray) -> bool:
     if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
         return False
     return constant.values.tobytes() == np.ascontiguousarray(value).tobytes()
-
-
-def node_label(node: gs.Node) -> str:
-    """A node's name, or `Op->output` for an unnamed node."""
-    return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"
 
 
 def _unique(name: str, taken) -> str:

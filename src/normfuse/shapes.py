@@ -11,8 +11,8 @@ import onnx_graphsurgeon as gs
 
 from normfuse.agreed_types import AgreedTypes, agreed_types
 from normfuse.constants import ConstantReader
+from normfuse.context import Context
 from normfuse.inference import TensorType, collect, infer
-from normfuse.rewrite import Context
 from normfuse.scopes import all_graphs, overridable
 from normfuse.skeleton import skeleton
 from normfuse.static_values import MAX_DEPTH, Memo, static_value

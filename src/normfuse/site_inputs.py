@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from normfuse.rewrite import Site
+from normfuse.records import Site
 from normfuse.shapes import TensorType
 from normfuse.subgraph import extract
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from normfuse.context import Context
 from normfuse.folding import fold
-from normfuse.rewrite import Context
 
 MAX_DEPTH = 16
 

@@ -19,7 +19,7 @@ from normfuse.compare import OutputComparison, compare_output
 from normfuse.errors import NormfuseError, first_line, runtime_message
 from normfuse.inputs import input_hint, make_inputs
 from normfuse.model_io import external_tensors
-from normfuse.rewrite import Site
+from normfuse.records import Site
 from normfuse.shapes import TensorType, tensor_types
 from normfuse.site_inputs import isolate
 from normfuse.subgraph import as_float64
