@@ -213,6 +213,15 @@ def _blocker(node: onnx.NodeProto, old: int, new: int) -> Blocker | None:
         versions = sorted(versions_between(node.op_type, old, new))
     except onnx.defs.SchemaError:
         return Blocker(node.op_type, old, new, f"is not an operator at opset {old}")
+    references = sorted(a.name for a in node.attribute if a.ref_attr_name)
+    if references and versions:  # a value each call gives: neither judged nor respelled here
+        return Blocker(
+            node.op_type,
+            since,
+            max(versions),
+            f"takes {', '.join(references)} from the calling node (an attribute reference), "
+            "so what it means there is not known inside the function",
+        )
     for version in versions:
         rule = _MEANING.get((node.op_type, version))
         change = rule(node) if rule is not None else None
