@@ -804,6 +804,8 @@ class GroupNormSpec:
     variance_axes: tuple[int, ...] = (-1,)  # dynamo_var: axes the variance reduces
     stats: LayerNormSpec = LayerNormSpec(scale=False, bias=False)
     grouped_shape: tuple[int, ...] | None = None  # None: (0, G, -1)
+    # constant: `grouped_shape` | torchscript: Concat(Unsqueeze(Gather(Shape(x), 0)), [G], [-1])
+    grouping: str = "constant"
     # shape_of_x (TorchScript) | static (dynamo) | minus_one ([0, C, -1, W]) | flat
     reshape_back: str = "shape_of_x"
     epsilon: float = 1e-5
@@ -822,7 +824,7 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
         out = add_layer_norm(b, x, shape, stats, rng)
     else:
         grouped_shape = spec.grouped_shape or (0, spec.groups, -1)
-        grouped = b.op("Reshape", [x, b.const(grouped_shape, "groups", np.int64)])
+        grouped = b.op("Reshape", [x, _grouped_target(b, x, grouped_shape, spec.grouping)])
         groups = grouped_shape[1] if grouped_shape[1] > 0 else spec.groups
         if spec.spelling == "instance_norm":
             if spec.group_affine:  # inside the instance norm
@@ -861,6 +863,16 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
     if spec.silu:
         out = b.op("Mul", [out, b.op("Sigmoid", [out])])
     return out
+
+
+def _grouped_target(b: GraphBuilder, x: str, grouped_shape: tuple, grouping: str) -> str:
+    """The grouping Reshape's target: a constant, or TorchScript's batch read from Shape(x)."""
+    if grouping == "constant":
+        return b.const(grouped_shape, "groups", np.int64)
+    batch = b.op("Gather", [b.op("Shape", [x]), b.const(0, "zero", np.int64)], axis=0)
+    parts = [b.op("Unsqueeze", [batch, b.const([0], "axes", np.int64)])]
+    parts += [b.const([dim], "dim", np.int64) for dim in grouped_shape[1:]]
+    return b.op("Concat", parts, axis=0)
 
 
 def _dynamo_variance_norm(

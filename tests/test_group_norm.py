@@ -4,6 +4,9 @@ kept; every hazard is left unchanged with its reason."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -25,6 +28,7 @@ from models.builders import (
 )
 from normfuse.forms import FormChooser
 from normfuse.subgraph import as_float64
+from normfuse.validate import ValidationOptions, check_sites
 
 LAYERS = 2
 SHAPE = ("batch", 8, 5, 5)
@@ -322,3 +326,48 @@ def test_fuses_float16_group_norm_with_float32_statistics() -> None:
         error_before = np.abs(before.astype(np.float64) - reference)
         error_after = np.abs(after.astype(np.float64) - reference)
         assert np.all(error_after <= np.maximum(error_before, 2 * half_ulps))
+
+
+def _with_epsilon_scaled(model: onnx.ModelProto, factor: float) -> onnx.ModelProto:
+    """A copy of a fused model with every LayerNormalization's epsilon multiplied by `factor`."""
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    for node in wrong.graph.node:
+        if node.op_type == "LayerNormalization":
+            next(a for a in node.attribute if a.name == "epsilon").f *= factor
+    return wrong
+
+
+@pytest.mark.parametrize("name", ["decomposed", "decomposed_static_reshape"])
+def test_validate_checks_group_norm_sites_behind_a_symbolic_batch(name: str) -> None:
+    """TorchScript's grouping Reshape reads the batch from Shape(x): inference leaves the grouped
+    tensor [batch, G, ?] with a symbolic last dim, which the site check once fed as 1 ("X.shape=
+    {1,32,1}"), rolling back exact fusions (issue 26). It is fed at C/G * H * W, the size the
+    fused scale fixes: the sites are checked alone, pass and stay; a wrong epsilon still fails."""
+    spec = dataclasses.replace(GROUP_NORM_POSITIVES[name], grouping="torchscript")
+    original = group_norm_block_model(spec, SHAPE, layers=LAYERS)
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"] * LAYERS
+    checks = result.report.validation.sites
+    assert len(checks) == LAYERS
+    assert all(check.comparison is not None and check.passed for check in checks)
+    assert result.report.validation.rolled_back == []
+    feeds = random_inputs(original, {"batch": 3}, seed=5)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    wrong = _with_epsilon_scaled(result.model, 1e4)
+    failed = check_sites(original, wrong, result.report.sites, ValidationOptions())
+    assert [check.passed for check in failed] == [False] * LAYERS
+    assert all(check.comparison is not None for check in failed)
+
+
+def test_validate_keeps_the_hand_written_vae_group_norms() -> None:
+    """The TorchScript export of a hand-written VAE mid block (symbolic batch): its four group
+    norms fuse and survive `--validate`, each checked alone."""
+    path = Path(__file__).resolve().parent.parent / "models/real"
+    original = onnx.load(str(path / "vae_mid_block_hand_written_opset17.onnx"))
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"] * 4
+    assert result.report.validation.passed
+    assert result.report.validation.rolled_back == []
+    checks = result.report.validation.sites
+    assert len(checks) == 4 and all(check.comparison is not None for check in checks)
