@@ -700,6 +700,10 @@ SPELLING_SOURCES = {
         "decomposed_static_reshape",
     ): "static-shape exports (Reshape back to a constant)",
     ("group-norm", "dynamo_hand_written"): "PyTorch dynamo, hand-written group norm (`torch.var`)",
+    (
+        "group-norm",
+        "dynamo_hand_written_rsqrt",
+    ): "PyTorch dynamo, hand-written (`torch.var`, `* torch.rsqrt(var + eps)`)",
     ("group-norm", "instance_norm_affine"): "instance norm with a per-channel affine (G = C)",
 }
 
@@ -885,7 +889,7 @@ def _dynamo_variance_norm(
     kept = spec.variance_shape or (shape[0], groups, 1)
     variance = b.op("Reshape", [variance, b.const(kept, "variance_shape", np.int64)])
     std = b.op("Sqrt", [b.op("Add", [variance, b.const(spec.epsilon, "epsilon")])])
-    return b.op("Div", [b.op("Sub", [grouped, mean]), std])
+    return _divide(b, b.op("Sub", [grouped, mean]), std, spec.stats)
 
 
 def group_norm_block_model(
@@ -928,6 +932,17 @@ GROUP_NORM_POSITIVES = {
     "decomposed_silu": dataclasses.replace(_DECOMPOSED, silu=True),
     "decomposed_static_reshape": dataclasses.replace(_DECOMPOSED, reshape_back="static"),
     "dynamo_hand_written": GroupNormSpec(spelling="dynamo_var", reshape_back="static"),
+    # `(x - mean) * torch.rsqrt(var + eps)`: dynamo writes rsqrt as Reciprocal(Sqrt(.)).
+    "dynamo_hand_written_rsqrt": GroupNormSpec(
+        spelling="dynamo_var",
+        reshape_back="static",
+        stats=LayerNormSpec(scale=False, bias=False, divide="reciprocal"),
+    ),
+    "dynamo_hand_written_one_over_sqrt": GroupNormSpec(
+        spelling="dynamo_var",
+        reshape_back="static",
+        stats=LayerNormSpec(scale=False, bias=False, divide="one_over"),
+    ),
     "decomposed_no_affine": dataclasses.replace(_DECOMPOSED, scale=False, bias=False),
     "decomposed_bias_only": dataclasses.replace(_DECOMPOSED, scale=False),
     "decomposed_one_group": dataclasses.replace(_DECOMPOSED, groups=1),
@@ -997,6 +1012,16 @@ GROUP_NORM_NEGATIVES = {
         GroupNormSpec(spelling="dynamo_var", reshape_back="static", variance_shape=(1, 1, 4)),
         (1, 8, 5, 5),
         "reshape-not-restored",
+    ),
+    "dynamo_rsqrt_variance_over_other_axes": (
+        dataclasses.replace(GROUP_NORM_POSITIVES["dynamo_hand_written_rsqrt"], variance_axes=(1,)),
+        (1, 8, 5, 5),
+        "mismatched-axes",
+    ),
+    "dynamo_rsqrt_zero_epsilon": (
+        dataclasses.replace(GROUP_NORM_POSITIVES["dynamo_hand_written_rsqrt"], epsilon=0.0),
+        (1, 8, 5, 5),
+        "epsilon-not-positive",
     ),
 }
 

@@ -36,7 +36,7 @@ from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
-from normfuse.pattern import Const, Match, Op, Var, match_first
+from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, Site
 from normfuse.static_values import MAX_DEPTH
 
@@ -64,14 +64,24 @@ _reshaped_variance = Op(
     ),
     Const("variance_shape"),
 )
-_DYNAMO_VAR = Op(
-    "Div",
-    Op("Sub", Var("x"), _mean, name="centered"),
-    Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted")),
+_dynamo_centered = Op("Sub", Var("x"), _mean, name="centered")
+_dynamo_std = Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted"))
+_DYNAMO_VAR = Op("Div", _dynamo_centered, _dynamo_std, name="normed")
+# `(x - mean) * torch.rsqrt(var + eps)`: rsqrt as Reciprocal(Sqrt(.)) (dynamo) or 1 / Sqrt(.).
+_DYNAMO_RSQRT = Op(
+    "Mul",
+    _dynamo_centered,
+    AnyOf(Op("Reciprocal", _dynamo_std), Op("Div", Const("one", 1.0), _dynamo_std)),
     name="normed",
 )
 # A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
-PATTERNS = (Op("Cast", STATISTICS, name="downcast"), STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
+PATTERNS = (
+    Op("Cast", STATISTICS, name="downcast"),
+    STATISTICS,
+    _DYNAMO_VAR,
+    _DYNAMO_RSQRT,
+    _INSTANCE_NORM,
+)
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
 _NO_FASTER_FORM = (
     "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
