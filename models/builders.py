@@ -1273,3 +1273,70 @@ def onnx_group_norm_function_model(
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     return model
+
+
+def group_normalization_model(
+    shape: tuple = ("batch", 8, 5, 5), groups: int = 4, epsilon: float = 1e-5, seed: int = 0
+) -> onnx.ModelProto:
+    """One `GroupNormalization`-21 node (dynamo's `nn.GroupNorm` at opset 21), per-channel scale
+    and bias as initializers."""
+    rng = np.random.default_rng(seed)
+    channels = shape[1]
+    node = helper.make_node(
+        "GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=groups, epsilon=epsilon
+    )
+    parameters = [
+        helper.make_tensor("scale", FLOAT, [channels], rng.uniform(0.5, 1.5, channels)),
+        helper.make_tensor("bias", FLOAT, [channels], rng.normal(0, 0.5, channels)),
+    ]
+    graph = helper.make_graph(
+        [node],
+        "group_normalization",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", FLOAT, list(shape))],
+        parameters,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def ort_inlined_group_norm_model(
+    shape: tuple = ("batch", 8, 5, 5),
+    groups: int = 4,
+    shape_attrs: dict | None = None,
+    first_back: str = "shape",
+) -> onnx.ModelProto:
+    """`GroupNormalization`-21 as ONNX Runtime inlines it on its CPU provider (the graph its
+    session saves with optimisations disabled): the Reshapes back read `Shape(x', start=0)`.
+    `shape_attrs` replaces that Shape node's attributes (another spelling of a window);
+    `first_back`: shape (as ORT writes it) | leading_dims_and_w (`Concat(Shape(x', end=3), [W])`)
+    | nc_minus_one (`Concat(Shape(x', end=2), [-1])`: [N, C, -1], not x's rank)."""
+    import tempfile
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with tempfile.TemporaryDirectory() as folder:
+        options.optimized_model_filepath = str(Path(folder) / "inlined.onnx")
+        model = group_normalization_model(shape, groups).SerializeToString()
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        inlined = onnx.load(options.optimized_model_filepath)
+    graph = inlined.graph
+    shape_node = next(n for n in graph.node if n.output[0].endswith("_XShape"))
+    if shape_attrs is not None:
+        del shape_node.attribute[:]
+        shape_node.attribute.extend(helper.make_attribute(k, v) for k, v in shape_attrs.items())
+    if first_back != "shape":
+        end, tail = (3, shape[-1]) if first_back == "leading_dims_and_w" else (2, -1)
+        leading = helper.make_node("Shape", [shape_node.input[0]], ["back_leading"], end=end)
+        graph.initializer.append(numpy_helper.from_array(np.array([tail], np.int64), "back_tail"))
+        concat = helper.make_node("Concat", ["back_leading", "back_tail"], ["back_shape"], axis=0)
+        first = next(n for n in graph.node if n.input[1:] == shape_node.output[:1])
+        first.input[1] = "back_shape"
+        position = list(graph.node).index(first)
+        graph.node.insert(position, concat)
+        graph.node.insert(position, leading)
+    return inlined

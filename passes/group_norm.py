@@ -291,10 +291,13 @@ def _shape_entries(
     node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     if node is None:
         return None
-    if _is(node, "Shape") and not node.attrs:
+    if _is(node, "Shape"):
         source_shape = context.shape(node.inputs[0])
         count = len(source_shape) if source_shape is not None else rank
-        return None if count is None else [(node.inputs[0], axis) for axis in range(count)]
+        window = _shape_window(node, count)
+        if window is None or window[1] is None:
+            return None
+        return [(node.inputs[0], axis) for axis in range(window[0], window[1])]
     if _is(node, "Concat") and node.attrs.get("axis") == 0:
         parts = [_shape_entries(part, context) for part in node.inputs]
         return None if any(part is None for part in parts) else [e for p in parts for e in p]
@@ -318,11 +321,34 @@ def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
         return None
     shape_node = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
     index = context.reader.value(node.inputs[1])
-    if shape_node is None or not _is(shape_node, "Shape") or shape_node.attrs:
+    if shape_node is None or not _is(shape_node, "Shape"):
         return None
-    if index is None or index.ndim != 0 or int(index) < 0:
+    source_shape = context.shape(shape_node.inputs[0])
+    window = _shape_window(shape_node, None if source_shape is None else len(source_shape))
+    if window is None or index is None or index.ndim != 0 or int(index) < 0:
         return None
-    return (shape_node.inputs[0], int(index))
+    start, end = window
+    axis = start + int(index)
+    return (shape_node.inputs[0], axis) if end is None or axis < end else None
+
+
+def _shape_window(node: gs.Node, rank: int | None) -> tuple[int, int | None] | None:
+    """The dims [start, end) of its input that a `Shape` node gives, per Shape-15: `start` 0
+    and `end` the rank by default, a negative one counted from the end, both clamped to
+    [0, rank] (an empty window where start >= end). Without the rank only the default window
+    is known, (0, None); None where the window is not known or the node has other attributes."""
+    attrs = node.attrs
+    if set(attrs) - {"start", "end"}:
+        return None
+    start, end = int(attrs.get("start", 0)), attrs.get("end")
+    if rank is None:
+        return (0, None) if start == 0 and end is None else None
+
+    def clamp(value: int) -> int:
+        return min(max(value + rank if value < 0 else value, 0), rank)
+
+    first = clamp(start)
+    return first, max(first, rank if end is None else clamp(int(end)))
 
 
 def _static(entry: ShapeEntry, dim: int | str | None) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 import pytest
 from helpers import FLOAT32_ATOL, max_abs_diff, op_counts, random_inputs, run
 
@@ -25,6 +26,7 @@ from models.builders import (
     add_layer_norm,
     group_norm_block_model,
     onnx_group_norm_function_model,
+    ort_inlined_group_norm_model,
 )
 from normfuse.forms import FormChooser
 from normfuse.subgraph import as_float64
@@ -371,3 +373,77 @@ def test_validate_keeps_the_hand_written_vae_group_norms() -> None:
     assert result.report.validation.rolled_back == []
     checks = result.report.validation.sites
     assert len(checks) == 4 and all(check.comparison is not None for check in checks)
+
+
+ORT_INLINED_VARIANTS = {
+    "as_ort_writes_it": {},
+    "shape_without_attributes": {"shape_attrs": {}},
+    "negative_start": {"shape_attrs": {"start": -4}},
+    "start_clamped_end_rank": {"shape_attrs": {"start": -9, "end": 4}},
+    "end_clamped": {"shape_attrs": {"end": 10}},
+    "leading_dims_then_static_w": {"first_back": "leading_dims_and_w"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORT_INLINED_VARIANTS))
+def test_fuses_group_normalization_as_ort_inlines_it(name: str) -> None:
+    """ONNX Runtime inlines GroupNormalization-21 (no CPU kernel) with `Shape(x', start=0)` for
+    the Reshapes back; every Shape-15 window that is the whole shape restores x's shape, so the
+    site fuses (issue 26), and computes the original (or, where its one-pass variance gave
+    NaN, is finite and nearer float64)."""
+    original = ort_inlined_group_norm_model(**ORT_INLINED_VARIANTS[name])
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    counts = op_counts(result.model)
+    assert counts["LayerNormalization"] == 1 and "ReduceMean" not in counts
+    feeds = random_inputs(original, {"batch": 3}, seed=8)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    for x in adversarial_inputs(feeds["x"].shape):
+        reference = run(as_float64(original), {"x": x.astype(np.float64)})[0]
+        before, after = run(original, {"x": x})[0], run(result.model, {"x": x})[0]
+        assert np.all(np.isfinite(after))
+        error_before = np.nan_to_num(np.abs(before - reference), nan=np.inf)
+        close = np.max(np.abs(after - before)) <= FLOAT32_ATOL * max(1.0, np.abs(reference).max())
+        assert close or np.max(np.abs(after - reference)) <= np.max(error_before)
+
+
+def test_ort_inlined_group_norm_reshaped_back_to_another_rank_is_refused() -> None:
+    """The first Reshape back written [N, C, -1] (`Concat(Shape(x', end=2), [-1])`): not x's
+    shape, so not the structure proved; left with its reason."""
+    original = ort_inlined_group_norm_model(first_back="nc_minus_one")
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert [miss.reason for miss in result.report.near_misses if miss.kind == "group-norm"] == [
+        "reshape-not-restored"
+    ]
+
+
+WINDOW_BOUNDS = [None, -9, -4, -3, -1, 0, 1, 3, 4, 9]
+
+
+def test_shape_windows_are_the_dims_onnx_runtime_returns() -> None:
+    """`_shape_window` against ORT's Shape-15 kernel on a rank-4 tensor, every start/end pair."""
+    from normfuse.passes.group_norm import _shape_window
+
+    dims = np.array([2, 3, 5, 7], np.int64)
+    x = np.zeros(dims, np.float32)
+    for start in WINDOW_BOUNDS:
+        for end in WINDOW_BOUNDS:
+            attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+            node = onnx.helper.make_node("Shape", ["x"], ["s"], **attrs)
+            graph = onnx.helper.make_graph(
+                [node],
+                "shape",
+                [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims.tolist())],
+                [onnx.helper.make_tensor_value_info("s", onnx.TensorProto.INT64, None)],
+            )
+            model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+            model.ir_version = 8
+            [got] = run(model, {"x": x})
+            window = _shape_window(gs.Node("Shape", attrs=attrs), 4)
+            assert window is not None and window[1] is not None
+            assert list(dims[window[0] : window[1]]) == list(got), attrs
+    assert _shape_window(gs.Node("Shape", attrs={"start": 0}), None) == (0, None)
+    assert _shape_window(gs.Node("Shape", attrs={"start": -1}), None) is None
