@@ -1340,3 +1340,68 @@ def ort_inlined_group_norm_model(
         graph.node.insert(position, concat)
         graph.node.insert(position, leading)
     return inlined
+
+
+def padded_group_norm_model(
+    shape: tuple = ("batch", 8, 9, 9),
+    pads: tuple = (0, 1, 0, 1),
+    mode: str = "constant",
+    unfoldable: bool = False,
+    grouping: str = "torchscript",
+) -> onnx.ModelProto:
+    """diffusers' Downsample2D as TorchScript exports it, then a group norm: `F.pad(x, pads)`
+    becomes a Pad whose pads come from a constant-only chain (Shape of the constant, Sub, Mul,
+    ConstantOfShape, Concat, Reshape, a reversing Slice, Transpose, Reshape, Cast) that shape
+    inference does not fold; then Conv(3x3, stride 2) and a decomposed group norm. With
+    `unfoldable`, the chain's length goes through `Abs`, which the folding table lacks;
+    `grouping`: the group norm's grouping Reshape target (`GroupNormSpec.grouping`; with
+    `constant`, the Reshape back is static too: no Reshape target reads a Shape)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder(17)
+    rank, channels = len(shape), shape[1]
+    pad = b.const(list(pads), "pad", np.int64)
+    pad_length = b.op("Gather", [b.op("Shape", [pad]), b.const([0], "zero", np.int64)], axis=0)
+    twice_rank = b.op("Mul", [b.const(rank, "rank", np.int64), b.const(2, "two", np.int64)])
+    if unfoldable:
+        pad_length = b.op("Abs", [pad_length])
+    extension = b.op("Sub", [twice_rank, pad_length])
+    zero = numpy_helper.from_array(np.zeros(1, np.int64))
+    padding = b.op(
+        "Concat",
+        [
+            b.op("Cast", [pad], to=onnx.TensorProto.INT64),
+            b.op("ConstantOfShape", [extension], value=zero),
+        ],
+        axis=0,
+    )
+    pairs = b.op("Reshape", [padding, b.const([-1, 2], "pairs", np.int64)])
+    flipped = b.op(
+        "Slice",
+        [pairs]
+        + [
+            b.const([v], n, np.int64)
+            for v, n in ((-1, "start"), (-(2**63) + 1, "end"), (0, "axis"))
+        ]
+        + [b.const([-1], "step", np.int64)],
+    )
+    columns = b.op("Transpose", [flipped], perm=[1, 0])
+    flat = b.op("Cast", [b.op("Reshape", [columns, b.const([-1], "flat", np.int64)])], to=7)
+    padded = b.op("Pad", ["x", flat, b.const(0.0, "pad_value")], mode=mode)
+    weight = b.const(rng.normal(0, 0.2, (channels, channels, 3, 3)), "conv_weight")
+    conv = b.op("Conv", [padded, weight], kernel_shape=[3, 3], strides=[2, 2])
+    added = (pads[2] + pads[3], pads[0] + pads[1])  # F.pad lists the last dim first
+    height, width = ((dim + p - 3) // 2 + 1 for dim, p in zip(shape[2:], added, strict=True))
+    back = "shape_of_x" if grouping == "torchscript" else "static"
+    spec = GroupNormSpec(spelling="decomposed", grouping=grouping, reshape_back=back)
+    out_shape = (shape[0], channels, height, width)
+    out = add_group_norm(b, conv, out_shape, spec, rng)
+    graph = helper.make_graph(
+        b.nodes,
+        "padded_group_norm",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info(out, FLOAT, list(out_shape))],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

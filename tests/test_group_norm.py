@@ -27,6 +27,7 @@ from models.builders import (
     group_norm_block_model,
     onnx_group_norm_function_model,
     ort_inlined_group_norm_model,
+    padded_group_norm_model,
 )
 from normfuse.forms import FormChooser
 from normfuse.subgraph import as_float64
@@ -447,3 +448,35 @@ def test_shape_windows_are_the_dims_onnx_runtime_returns() -> None:
             assert list(dims[window[0] : window[1]]) == list(got), attrs
     assert _shape_window(gs.Node("Shape", attrs={"start": 0}), None) == (0, None)
     assert _shape_window(gs.Node("Shape", attrs={"start": -1}), None) is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "grouping"),
+    [("constant", "torchscript"), ("reflect", "torchscript"), ("constant", "constant")],
+)
+def test_fuses_group_norm_after_a_pad_with_constant_only_pads(mode: str, grouping: str) -> None:
+    """TorchScript's `F.pad` (diffusers' Downsample2D): the pads come from a constant-only chain
+    (ConstantOfShape, Slice, Transpose, ...) that shape inference does not fold, so the Conv
+    after it and the group norm after that had no shape (`unknown-rank`; 22 of 24 group norms
+    of a TorchScript AutoencoderKL, issue 26). The chain is folded exactly for type derivation,
+    and the group norm fuses with the original's numerics (the whole model on random inputs;
+    the site alone on adversarial rows, by `--validate`: ORT has no float64 Conv). Folded as
+    the Pad's own input, whether or not a later Reshape reads Shape of the Conv."""
+    original = padded_group_norm_model(mode=mode, grouping=grouping)
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    assert op_counts(result.model)["LayerNormalization"] == 1
+    validation = result.report.validation
+    assert validation.passed and validation.rolled_back == []
+    assert [check.comparison is not None for check in validation.sites] == [True]
+    onnx.checker.check_model(result.model, full_check=True)
+    for seed in range(3):
+        feeds = random_inputs(original, {"batch": 2}, seed=seed)
+        assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+
+
+def test_group_norm_after_pads_the_folding_table_cannot_compute_is_left() -> None:
+    """The same chain through an op the folding table lacks (`Abs`): nothing is guessed; the
+    group norm is left with its reason."""
+    assert_unchanged(padded_group_norm_model(unfoldable=True), "unknown-shape")
