@@ -821,8 +821,10 @@ class GroupNormSpec:
 
 
 def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, rng) -> str:
-    """Append one group norm of `x` (NCHW of `shape`) to `b`; returns the output name."""
+    """Append one group norm of `x` (NCHW of `shape`, or [N, C, *S] of any rank from 3) to `b`;
+    returns the output name."""
     channels = shape[1]
+    per_channel = (channels, *(1,) * (len(shape) - 2))  # [C, 1, 1] for NCHW
     if spec.spelling == "instance_affine":
         stats = dataclasses.replace(spec.stats, axes=(-2, -1), epsilon=spec.epsilon)
         out = add_layer_norm(b, x, shape, stats, rng)
@@ -860,10 +862,10 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
             back_shape = b.const([0, channels, -1], "shape", np.int64)
         out = b.op("Reshape", [normed, back_shape])
     if spec.scale:
-        scale_shape = spec.scale_shape or (channels, 1, 1)
+        scale_shape = spec.scale_shape or per_channel
         out = b.op("Mul", [out, b.const(rng.uniform(0.5, 1.5, scale_shape), "gamma")])
     if spec.bias:
-        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "beta")])
+        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, per_channel), "beta")])
     if spec.silu:
         out = b.op("Mul", [out, b.op("Sigmoid", [out])])
     return out
