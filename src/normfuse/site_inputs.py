@@ -82,7 +82,7 @@ def _normalised_dims(site: Site, rank: int) -> dict[int, int]:
     if fused.layout is not None or isinstance(scale, gs.Variable) or scale is None:
         return {}
     axis = site.axis % rank if rank else 0
-    sizes = [int(dim) for dim in np.shape(getattr(scale, "values", scale))]
+    sizes = [int(dim) for dim in scale.shape]
     if len(sizes) != rank - axis:
         return {}
     return {axis + k: size for k, size in enumerate(sizes) if size > 1}
