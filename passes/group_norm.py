@@ -36,6 +36,7 @@ from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
+from normfuse.folding import Opset, resolved_attributes
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.rewrite import Context, Site
 from normfuse.static_values import MAX_DEPTH
@@ -294,7 +295,7 @@ def _shape_entries(
     if _is(node, "Shape"):
         source_shape = context.shape(node.inputs[0])
         count = len(source_shape) if source_shape is not None else rank
-        window = _shape_window(node, count)
+        window = _shape_window(node, count, context.reader.opset)
         if window is None or window[1] is None:
             return None
         return [(node.inputs[0], axis) for axis in range(window[0], window[1])]
@@ -324,7 +325,8 @@ def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
     if shape_node is None or not _is(shape_node, "Shape"):
         return None
     source_shape = context.shape(shape_node.inputs[0])
-    window = _shape_window(shape_node, None if source_shape is None else len(source_shape))
+    rank = None if source_shape is None else len(source_shape)
+    window = _shape_window(shape_node, rank, context.reader.opset)
     if window is None or index is None or index.ndim != 0 or int(index) < 0:
         return None
     start, end = window
@@ -332,13 +334,14 @@ def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
     return (shape_node.inputs[0], axis) if end is None or axis < end else None
 
 
-def _shape_window(node: gs.Node, rank: int | None) -> tuple[int, int | None] | None:
+def _shape_window(node: gs.Node, rank: int | None, opset: Opset) -> tuple[int, int | None] | None:
     """The dims [start, end) of its input that a `Shape` node gives, per Shape-15: `start` 0
     and `end` the rank by default, a negative one counted from the end, both clamped to
     [0, rank] (an empty window where start >= end). Without the rank only the default window
-    is known, (0, None); None where the window is not known or the node has other attributes."""
+    is known, (0, None); None where the window is not known or an attribute is not one the
+    node's version at `opset` defines (Shape-1/13 have none)."""
     attrs = node.attrs
-    if set(attrs) - {"start", "end"}:
+    if attrs and resolved_attributes("Shape", opset, attrs) is None:
         return None
     start, end = int(attrs.get("start", 0)), attrs.get("end")
     if rank is None:

@@ -443,11 +443,16 @@ def test_shape_windows_are_the_dims_onnx_runtime_returns() -> None:
             model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
             model.ir_version = 8
             [got] = run(model, {"x": x})
-            window = _shape_window(gs.Node("Shape", attrs=attrs), 4)
+            window = _shape_window(gs.Node("Shape", attrs=attrs), 4, 17)
             assert window is not None and window[1] is not None
             assert list(dims[window[0] : window[1]]) == list(got), attrs
-    assert _shape_window(gs.Node("Shape", attrs={"start": 0}), None) == (0, None)
-    assert _shape_window(gs.Node("Shape", attrs={"start": -1}), None) is None
+            # Shape-13 has no start/end: a node that writes them is not read at all.
+            assert _shape_window(gs.Node("Shape", attrs=attrs), 4, 14) == (
+                (0, 4) if not attrs else None
+            )
+    assert _shape_window(gs.Node("Shape", attrs={"start": 0}), None, 17) == (0, None)
+    assert _shape_window(gs.Node("Shape", attrs={"start": -1}), None, 17) is None
+    assert _shape_window(gs.Node("Shape", attrs={"axis": 0}), 4, 17) is None
 
 
 @pytest.mark.parametrize(
