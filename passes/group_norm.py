@@ -31,14 +31,15 @@ affine after the Reshape back is per channel. Otherwise a near-miss says why.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
-from normfuse.folding import Opset, resolved_attributes
+from normfuse.folding import Opset, resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.rewrite import Context, FusedNode, Site, node_label
 from normfuse.static_values import MAX_DEPTH
 
 KIND = "group-norm"
@@ -75,6 +76,11 @@ _DYNAMO_RSQRT = Op(
     AnyOf(Op("Reciprocal", _dynamo_std), Op("Div", Const("one", 1.0), _dynamo_std)),
     name="normed",
 )
+# One GroupNormalization node (dynamo's `nn.GroupNorm` at opset 21), which ONNX Runtime's CPU
+# provider runs as the op's inlined one-pass function body.
+_GROUP_NORMALIZATION = Op(
+    "GroupNormalization", Var("x"), Const("gn_scale"), Const("gn_bias"), name="group_normalization"
+)
 # A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
 PATTERNS = (
     Op("Cast", STATISTICS, name="downcast"),
@@ -82,6 +88,7 @@ PATTERNS = (
     _DYNAMO_VAR,
     _DYNAMO_RSQRT,
     _INSTANCE_NORM,
+    _GROUP_NORMALIZATION,
 )
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
 _NO_FASTER_FORM = (
@@ -99,13 +106,19 @@ class GroupNormPass:
     shared_names = ("upcast",)
 
     def site_key(self, match: Match) -> gs.Node:
-        """The mean's ReduceMean (or the InstanceNormalization) identifies one group norm."""
-        return match.node("instance_norm" if "instance_norm" in match else "mean")
+        """The mean's ReduceMean (or the InstanceNormalization or GroupNormalization node)
+        identifies one group norm."""
+        for name in ("instance_norm", "group_normalization"):
+            if name in match:
+                return match.node(name)
+        return match.node("mean")
 
     def check(self, match: Match, context: Context) -> Site | None:
         """A `Site` if `match` is the statistics of exactly group normalisation; raises `Reject`
         with the reason. None for statistics that are not inside a group norm's structure (layer
         norms, instance norms without a per-channel affine: the layer-norm pass decides those)."""
+        if "group_normalization" in match:
+            return _group_normalization_site(match, context)
         grouping = _grouping(match, context)
         if grouping is None:
             return _instance_norm_site(match, context)
@@ -139,6 +152,70 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     _check_statistics(match, context, 3, (-1,), inner, (shape[0], groups, 1))
     eps = checks.epsilon(match, context)
     return checks.fused_site(KIND, match, context, io, -1, eps, (np.ones(inner, io.dtype), None))
+
+
+def _group_normalization_site(match: Match, context: Context) -> Site | None:
+    """A `GroupNormalization`-21 node as Reshape [0, G, L] -> LayerNormalization(axis=-1) ->
+    Reshape [0, C, *S] -> Mul(gamma) -> Add(beta): the op's definition (population variance per
+    group, epsilon inside the root) with two-pass statistics, where ONNX Runtime's CPU provider
+    has no kernel and runs the one-pass function body (slower; NaN where a group's mean is large
+    against its spread). float32 only; C and S static. `GroupNormalization`-18 (scale and bias
+    per group, deprecated) is left to the runtime: None."""
+    node = match.node("group_normalization")
+    found = schema("GroupNormalization", context.reader.opset)
+    if found is None or found.since_version != 21:
+        return None
+    x = match["x"]
+    if context.elem_type(x) != onnx.TensorProto.FLOAT:
+        raise checks.Reject("unsupported-dtype", "GroupNormalization is rewritten in float32 only")
+    shape = checks.known_shape(x, context)
+    if len(shape) < 3 or not all(isinstance(dim, int) for dim in shape[1:]):
+        raise checks.Reject("unknown-shape", f"the channel and spatial dims of {list(shape)}")
+    attrs = resolved_attributes("GroupNormalization", context.reader.opset, node.attrs)
+    if attrs is None or attrs.get("stash_type", 1) != onnx.TensorProto.FLOAT:
+        raise checks.Reject("cast-types", "GroupNormalization computes in another stash type")
+    channels, groups = shape[1], int(attrs["num_groups"])
+    if groups <= 0 or channels % groups:
+        raise checks.Reject(
+            "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
+        )
+    eps = float(attrs.get("epsilon", 1e-5))
+    if not (np.isfinite(eps) and eps > 0):
+        raise checks.Reject("epsilon-not-positive", f"epsilon is {eps}")
+    per_channel = (channels, *(1,) * (len(shape) - 2))
+    affine = []
+    for name, reason in (("gn_scale", "gamma-shape"), ("gn_bias", "beta-shape")):
+        value = context.reader.value(match[name])
+        if value is None or value.shape != (channels,) or value.dtype != np.float32:
+            shown = None if value is None else value.shape
+            raise checks.Reject(reason, f"{name[3:]} of shape {shown} is not [{channels}] float32")
+        affine.append(value.reshape(per_channel))
+    emission = context.emissions[KIND]
+    if emission is None:
+        raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
+    inner = int(np.prod(shape[1:])) // groups
+    fused = FusedNode(
+        emission.op,
+        emission.domain,
+        {"axis": -1, "epsilon": eps, "stash_type": onnx.TensorProto.FLOAT},
+        (x, np.ones(inner, np.float32)),
+        after_cast=(affine[0], affine[1]),
+        grouping=((0, groups, inner), (0, *shape[1:])),
+    )
+    return Site(
+        KIND,
+        emission.op,
+        emission.domain,
+        -1,
+        eps,
+        x.name,
+        match.root.name,
+        (node_label(node),),
+        fused,
+        emission.opset,
+        emission.ort_only,
+        frozenset({id(node)}),
+    )
 
 
 def _instance_norm_site(match: Match, context: Context) -> Site | None:

@@ -25,6 +25,7 @@ from models.builders import (
     add_group_norm,
     add_layer_norm,
     group_norm_block_model,
+    group_normalization_model,
     onnx_group_norm_function_model,
     ort_inlined_group_norm_model,
     padded_group_norm_model,
@@ -485,3 +486,103 @@ def test_group_norm_after_pads_the_folding_table_cannot_compute_is_left() -> Non
     """The same chain through an op the folding table lacks (`Abs`): nothing is guessed; the
     group norm is left with its reason."""
     assert_unchanged(padded_group_norm_model(unfoldable=True), "unknown-shape")
+
+
+GROUP_NORMALIZATION_SHAPES = {
+    "nchw_symbolic_batch": (("batch", 8, 5, 5), 4),
+    "nchw_static": ((2, 32, 4, 4), 8),
+    "rank_3": ((2, 6, 7), 3),
+    "rank_5": ((1, 8, 2, 3, 3), 2),
+    "group_per_channel": ((2, 6, 3, 3), 6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_SHAPES))
+def test_rewrites_group_normalization_21_to_the_layer_norm_form(name: str) -> None:
+    """A GroupNormalization-21 node (no ORT CPU kernel: ORT runs its one-pass body) becomes
+    Reshape -> LayerNormalization -> Reshape -> Mul -> Add: the original's values on random
+    inputs; on adversarial ones within tolerance or nearer float64, and finite where the
+    original's one-pass variance gave NaN (a repair, which the large-mean input must show)."""
+    shape, groups = GROUP_NORMALIZATION_SHAPES[name]
+    original = group_normalization_model(shape, groups)
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    assert result.report.validation.passed and result.report.validation.rolled_back == []
+    counts = op_counts(result.model)
+    assert counts == {"Reshape": 2, "LayerNormalization": 1, "Mul": 1, "Add": 1}
+    onnx.checker.check_model(result.model, full_check=True)
+    feeds = random_inputs(original, {"batch": 3}, seed=9)
+    assert max_abs_diff(original, result.model, feeds) <= FLOAT32_ATOL
+    repairs = 0
+    for x in adversarial_inputs(feeds["x"].shape):
+        reference = _group_norm_reference(original, x, groups)
+        before, after = run(original, {"x": x})[0], run(result.model, {"x": x})[0]
+        assert np.all(np.isfinite(after))
+        repairs += not np.all(np.isfinite(before))
+        error_before = np.nan_to_num(np.abs(before - reference), nan=np.inf)
+        close = np.max(np.abs(after - before)) <= FLOAT32_ATOL * max(1.0, np.abs(reference).max())
+        assert close or np.max(np.abs(after - reference)) <= np.max(error_before)
+    assert repairs >= 1
+
+
+def _group_norm_reference(model: onnx.ModelProto, x: np.ndarray, groups: int) -> np.ndarray:
+    """GroupNormalization-21 by its definition in float64 NumPy (two-pass statistics)."""
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    grouped = x.astype(np.float64).reshape(x.shape[0], groups, -1)
+    centered = grouped - grouped.mean(-1, keepdims=True)
+    normed = (centered / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    per_channel = (x.shape[1], *(1,) * (x.ndim - 2))
+    scale, bias = (values[n].astype(np.float64).reshape(per_channel) for n in ("scale", "bias"))
+    return normed * scale + bias
+
+
+def _as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for info in [*copy.graph.input, *copy.graph.output]:
+        info.type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    for tensor in copy.graph.initializer:
+        half = onnx.numpy_helper.to_array(tensor).astype(np.float16)
+        tensor.CopyFrom(onnx.numpy_helper.from_array(half, tensor.name))
+    return copy
+
+
+def _with_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.opset_import[0].version = opset
+    return copy
+
+
+GROUP_NORMALIZATION_NEGATIVES = {
+    "float16": (lambda: _as_float16(group_normalization_model()), "unsupported-dtype"),
+    "symbolic_spatial": (
+        lambda: group_normalization_model(("batch", 8, "h", 5)),
+        "unknown-shape",
+    ),
+    "groups_do_not_divide": (
+        lambda: group_normalization_model((1, 6, 3, 3), 4),
+        "groups-do-not-divide",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_NEGATIVES))
+def test_group_normalization_21_hazards_are_left_with_their_reason(name: str) -> None:
+    build, reason = GROUP_NORMALIZATION_NEGATIVES[name]
+    assert_unchanged(build(), reason)
+
+
+def test_group_normalization_18_is_left_to_the_runtime() -> None:
+    """GroupNormalization-18 (scale and bias per group, deprecated): not rewritten."""
+    original = _with_opset(group_normalization_model((1, 8, 5, 5), 4), 18)
+    original.graph.initializer[0].CopyFrom(
+        onnx.numpy_helper.from_array(np.ones(4, np.float32), "scale")
+    )
+    original.graph.initializer[1].CopyFrom(
+        onnx.numpy_helper.from_array(np.zeros(4, np.float32), "bias")
+    )
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()

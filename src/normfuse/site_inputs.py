@@ -74,12 +74,14 @@ def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict
 def _normalised_dims(site: Site, rank: int) -> dict[int, int]:
     """Axis -> size of the normalised dims the fused node's constant scale fixes (its shape is
     X.shape[axis:], checked before emit), so a symbolic dim there is fed at the size the site
-    was fused for: a group norm's C/G * H * W behind a symbolic batch. Empty with a layout
-    (the scale then follows the transposed tensor) or no constant scale."""
+    was fused for: a group norm's C/G * H * W behind a symbolic batch. Empty with a layout or a
+    grouping (the scale then follows another tensor) or no constant scale."""
     fused = site.fused
     inputs = fused.inputs
     scale = inputs[2 if fused.op.startswith("Skip") else 1] if len(inputs) > 1 else None
-    if fused.layout is not None or isinstance(scale, gs.Variable) or scale is None:
+    if fused.layout is not None or fused.grouping is not None:
+        return {}  # the node reads a transposed or regrouped tensor, not the site's input
+    if isinstance(scale, gs.Variable) or scale is None:
         return {}
     axis = site.axis % rank if rank else 0
     sizes = [int(dim) for dim in scale.shape]
