@@ -7,7 +7,8 @@ One group norm (32 groups, per-channel scale and bias) of x [1, C, *S] float32, 
   export, and dynamo's at opset 18);
 - `layer-norm`: the statistics as LayerNormalization(axis=-1) of the [N, G, -1] tensor;
 - `group-norm-21`: one GroupNormalization-21 node (a model at opset 21; what dynamo writes there);
-- `normfuse`: what `normfuse.optimize` makes of `decomposed` (with --passes group-norm).
+- `normfuse`: what `normfuse.optimize` makes of `decomposed` (with --passes group-norm);
+- `normfuse-gn21`: what it makes of `group-norm-21` (the layer-norm form, from the node).
 `com.microsoft.GroupNorm` is not timed: the script shows that ORT cannot create a CPU session
 for it.
 Each form's error against float64 on groups with a large mean and on constant groups is printed
@@ -135,12 +136,15 @@ def forms(shape: tuple[int, ...]) -> list[bench.BenchModel]:
     """Every form of one group norm at `shape`, the decomposed spelling first."""
     decomposed = spelled(shape, "decomposed")
     fused = normfuse.optimize(decomposed, passes="group-norm").model
+    node = group_normalization_21(shape)
+    rewritten = normfuse.optimize(node, passes="group-norm").model
     return [
         bench.BenchModel("decomposed", decomposed),
         bench.BenchModel("instance-norm", spelled(shape, "instance_norm")),
         bench.BenchModel("layer-norm", layer_norm_form(shape)),
-        bench.BenchModel("group-norm-21", group_normalization_21(shape)),
+        bench.BenchModel("group-norm-21", node),
         bench.BenchModel("normfuse", fused),
+        bench.BenchModel("normfuse-gn21", rewritten),
     ]
 
 
