@@ -195,6 +195,10 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     if emission is None:
         raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
     inner = int(np.prod(shape[1:])) // groups
+    if inner == 0:
+        # The kernel needs at least one element per row ("Size of X.shape[axis:] must be at
+        # least 1"); the node runs on empty groups.
+        raise checks.Reject("empty-normalised-axes", "the groups hold no element")
     fused = FusedNode(
         emission.op,
         emission.domain,

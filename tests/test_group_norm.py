@@ -565,6 +565,7 @@ GROUP_NORMALIZATION_NEGATIVES = {
         lambda: group_normalization_model((1, 6, 3, 3), 4),
         "groups-do-not-divide",
     ),
+    "empty_groups": (lambda: group_normalization_model((1, 8, 0, 5), 4), "empty-normalised-axes"),
 }
 
 
