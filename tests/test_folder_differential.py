@@ -59,8 +59,15 @@ class Case:
     @property
     def id(self) -> str:
         shapes = ",".join("-" if v is None else f"{v.dtype}{list(v.shape)}" for v in self.inputs)
-        attrs = ",".join(f"{k}={v}" for k, v in sorted(self.attrs.items()))
+        attrs = ",".join(f"{k}={_shown(v)}" for k, v in sorted(self.attrs.items()))
         return f"{self.op}{self.opset}({shapes}){attrs}"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, onnx.TensorProto):
+        array = numpy_helper.to_array(value)
+        return f"{array.dtype}{list(array.shape)}:{array.reshape(-1).tolist()}"
+    return str(value)
 
 
 def _model(case: Case) -> onnx.ModelProto:
@@ -469,6 +476,37 @@ def _where_expand_cases() -> list[Case]:
     return cases
 
 
+def _constant_of_shape_transpose_cases() -> list[Case]:
+    cases = []
+    fills = [None, *(a([v], t) for v, t in ((1.5, np.float32), (-3, I64), (2, np.float16)))]
+    fills.append(a([True], np.bool_))
+    for opset, shape, fill in itertools.product((9, 20, 21, 23), ([2, 3], [0], []), fills):
+        attrs = {} if fill is None else {"value": numpy_helper.from_array(fill)}
+        cases.append(Case("ConstantOfShape", opset, (a(shape, I64),), attrs))
+    cases += [
+        Case("ConstantOfShape", 21, (a([2, -1], I64),), declined="invalid"),
+        Case("ConstantOfShape", 21, (a([2], np.int32),), declined="invalid"),
+        Case(
+            "ConstantOfShape",
+            21,
+            (a([2], I64),),
+            {"value": numpy_helper.from_array(a([1, 2], I64))},
+            declined="invalid",
+        ),
+    ]
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for opset, perm in itertools.product((1, 13, 21), (None, [0, 2, 1], [2, 0, 1], [1, 0, 2])):
+        attrs = {} if perm is None else {"perm": perm}
+        cases.append(Case("Transpose", opset, (data,), attrs))
+    cases += [
+        Case("Transpose", 13, (a([[0, 1], [2, 3], [4, 5]], I64),), {"perm": [1, 0]}),
+        Case("Transpose", 13, (a([1, 2], I64),)),
+        Case("Transpose", 13, (data,), {"perm": [0, 0, 1]}, declined="invalid"),
+        Case("Transpose", 13, (data,), {"perm": [0, 1]}, declined="invalid"),
+    ]
+    return cases
+
+
 CASES = (
     _arithmetic_cases()
     + _cast_cases()
@@ -476,6 +514,7 @@ CASES = (
     + _reduce_prod_cases()
     + _slice_cases()
     + _where_expand_cases()
+    + _constant_of_shape_transpose_cases()
 )
 
 

@@ -247,6 +247,20 @@ def _shape_cases() -> list[Case]:
         *(Case("Tile", [x, i64(*r)]) for r in ((1, 2, 3), (0, 1, 1))),
         *(Case("ConstantOfShape", [i64(*s)]) for s in ((2, 3), (0,), ())),
         *(
+            Case("Pad", [x, i64(*p), *rest], {"mode": m}, opset=o)
+            for p, rest, m, o in (
+                ((0, 0, 0, 0, 1, 1), [], "constant", 18),
+                ((0, 1, 0, 1, 0, 1), [np.array(0.5, np.float32)], "constant", 18),
+                ((1, 0, 2, 0, 0, 3), [], "edge", 18),
+                ((0, 1, 1, 0, 1, 1), [], "reflect", 18),
+                ((0, 0, -1, 0, 1, -2), [], "constant", 18),
+                ((2, 2, 2, 2, 2, 2), [], "wrap", 19),
+                ((1, 2), [None, i64(-1)], "constant", 18),
+                ((0, 1, 1, 0), [None, i64(0, 2)], "reflect", 18),
+                ((0, 1, 0, 1, 0, 1), [], "constant", 13),
+            )
+        ),
+        *(
             Case("Range", [np.array(a, np.float32) for a in r])
             for r in (
                 (0, 5, 1),

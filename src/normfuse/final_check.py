@@ -101,6 +101,8 @@ def _check_site(site: Site, found: Match, context: Context) -> None:
         raise Unfit("unsupported-dtype", f"{fused.op} has no CPU kernel for {name} input")
     _check_epsilon(fused.attrs.get("epsilon", 1e-5), found)
     shape = _input_shape(x, fused.layout, context)
+    if fused.grouping is not None:
+        shape = _grouped_shape(shape, fused.grouping)
     _check_output(site, found.root, x_type, shape, context)
     params = fused.inputs[2:] if kernel.skip else fused.inputs[1:]
     if kernel.skip:
@@ -155,6 +157,21 @@ def _input_shape(x: gs.Tensor, layout: tuple | None, context: Context) -> tuple:
     return shape
 
 
+def _grouped_shape(shape: tuple, grouping: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple:
+    """X's shape [N, C, *S] as the node reads it after the grouping Reshape to [0, G, L] (0
+    copies N), where the Reshape back [0, C, *S] restores X's shape exactly."""
+    grouped, back = grouping
+    rest = shape[1:]
+    if not all(isinstance(dim, int) for dim in rest) or tuple(back[1:]) != tuple(rest):
+        restored = f"a Reshape back to {list(back)} does not restore {list(shape)}"
+        raise Unfit("output-shape", restored)
+    if back[0] != 0 or grouped[0] != 0 or len(grouped) != 3:
+        raise Unfit("output-shape", f"grouping {list(grouped)} does not keep the batch")
+    if grouped[1] * grouped[2] != int(np.prod(rest)):
+        raise Unfit("output-shape", f"grouping {list(grouped)} does not hold {list(shape)}")
+    return (shape[0], grouped[1], grouped[2])
+
+
 def _axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise Unfit("unknown-axes", f"axis {axis} is outside a rank-{rank} input")
@@ -180,6 +197,8 @@ def _check_output(site: Site, root: gs.Tensor, x_type: int, shape: tuple, contex
     out_shape = shape
     if fused.layout is not None:
         out_shape = tuple(shape[axis] for axis in fused.layout[1])
+    if fused.grouping is not None:
+        out_shape = (shape[0], *fused.grouping[1][1:])
     _check_like(root, produced, out_shape, "output-shape", context)
 
 

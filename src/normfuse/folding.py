@@ -17,6 +17,7 @@ from functools import lru_cache
 import ml_dtypes
 import numpy as np
 import onnx
+import onnx.numpy_helper
 
 MAX_COMPUTED = 1 << 20  # elements a fold may allocate before its result is size-checked
 Inputs = list[np.ndarray | None]  # None: an omitted optional input
@@ -452,6 +453,46 @@ def _expand(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     return np.broadcast_to(data, target).copy()
 
 
+_PLAIN_TYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        *(np.bool_, np.float16, np.float32, np.float64),
+        *(np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64),
+    )
+)
+
+
+def _constant_of_shape(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """A tensor of the int64 `shape` (non-negative dims; empty: a scalar) filled with the
+    one-element `value` (float32 0 when absent), of its type; types numpy holds plainly only."""
+    (shape,) = inputs
+    if shape.ndim != 1 or shape.dtype != np.int64 or np.any(shape < 0):
+        return None
+    value = attrs.get("value")
+    if value is None:
+        fill = np.zeros(1, np.float32)
+    elif isinstance(value, onnx.TensorProto):
+        fill = onnx.numpy_helper.to_array(value)
+    else:
+        fill = np.asarray(getattr(value, "values", value))
+    if fill.size != 1 or fill.dtype not in _PLAIN_TYPES:
+        return None
+    dims = tuple(int(dim) for dim in shape)
+    if int(np.prod(dims, dtype=object)) > MAX_COMPUTED:
+        return None
+    return np.full(dims, fill.reshape(()), fill.dtype)
+
+
+def _transpose(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """The dims permuted by `perm` (reversed when absent), which must permute all of them."""
+    (data,) = inputs
+    perm = _ints_attr(attrs, "perm")
+    perm = list(range(data.ndim))[::-1] if perm is None else perm
+    if sorted(perm) != list(range(data.ndim)):
+        return None
+    return np.transpose(data, perm).copy()
+
+
 _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray | None]]] = {
     **{op: (frozenset({1, 6, 7, 13, 14}), _arithmetic(op)) for op in ("Add", "Sub", "Mul", "Div")},
     "Cast": (frozenset({6, 9, 13, 19, 21, 23, 24, 25}), _cast),
@@ -467,5 +508,7 @@ _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray
     "Slice": (frozenset({1, 10, 11, 13}), _slice),
     "Where": (frozenset({9, 16}), _where),
     "Expand": (frozenset({8, 13}), _expand),
+    "ConstantOfShape": (frozenset({9, 20, 21, 23, 24, 25}), _constant_of_shape),
+    "Transpose": (frozenset({1, 13, 21, 23, 24, 25}), _transpose),
 }
 FOLDED_OPS = frozenset(_TABLE)

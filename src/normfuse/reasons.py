@@ -49,7 +49,7 @@ REASONS = (
     Reason(
         "empty-normalised-axes",
         "the normalised axes hold no element (the fused kernels refuse to run on them)",
-        ("norm_checks",),
+        ("group_norm", "norm_checks"),
     ),
     Reason(
         "keepdims",
@@ -164,7 +164,7 @@ REASONS = (
     Reason(
         "unsupported-dtype",
         "no fused kernel for the input's element type",
-        ("norm_checks", "skip_norm", "final_check"),
+        ("final_check", "group_norm", "norm_checks", "skip_norm"),
     ),
     Reason(
         "unsupported-op",
@@ -179,7 +179,7 @@ REASONS = (
     Reason(
         "opset-too-low",
         "the target's fused op needs an opset the model may not be raised to",
-        ("norm_checks",),
+        ("group_norm", "norm_checks"),
     ),
     # Other families and no exact spelling.
     Reason(

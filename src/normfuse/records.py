@@ -43,6 +43,9 @@ class FusedNode:
     # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
     # applies its affine after casting the statistics' result back.
     after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    # (grouped shape, shape back): a Reshape of the first input before the node and one of its
+    # output after it (inside the `after_cast` affine): a GroupNormalization node rewritten.
+    grouping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)

@@ -373,6 +373,12 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
         before, after = fused.layout
         output = emitter.feeding(output, "Transpose", {"perm": list(after)}, name)
         inputs[0] = emitter.fed_by(inputs[0], "Transpose", {"perm": list(before)}, name)
+    if fused.grouping is not None:
+        grouped, back = (np.array(shape, np.int64) for shape in fused.grouping)
+        back_operand = _constant(back, f"{name}/shape_back", own, emitter)
+        output = emitter.feeding(output, "Reshape", {}, name, (back_operand,))
+        grouped_operand = _constant(grouped, f"{name}/grouped_shape", own, emitter)
+        inputs[0] = emitter.fed_by(inputs[0], "Reshape", {}, name, (grouped_operand,))
     outputs = [output]
     for index, tensor in fused.extra_outputs:
         used = tensor in emitter.graph.outputs or any(
@@ -428,10 +434,14 @@ class _Emitter:
         self.graph.nodes.append(node)
         return source
 
-    def fed_by(self, source: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
-        """Add `op` reading `source` into a new tensor; return that tensor."""
+    def fed_by(
+        self, source: gs.Tensor, op: str, attrs: dict, stem: str, operands: tuple = ()
+    ) -> gs.Tensor:
+        """Add `op` reading `source` (and `operands`) into a new tensor; return that tensor."""
         result = self.tensor(f"{stem}/{op}_output")
-        node = gs.Node(op, self.node_name(f"{stem}/{op}_in"), attrs, [source], [result])
+        node = gs.Node(
+            op, self.node_name(f"{stem}/{op}_in"), attrs, [source, *operands], [result]
+        )
         self.graph.nodes.append(node)
         return result
 

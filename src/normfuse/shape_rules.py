@@ -40,7 +40,7 @@ SHAPE_OPS = _ops(
 REDUCE = _ops("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceSumSquare ReduceL2")
 OTHER = _ops(
     "MatMul Gemm LayerNormalization InstanceNormalization BatchNormalization "
-    "GlobalAveragePool GlobalMaxPool"
+    "GlobalAveragePool GlobalMaxPool Pad"
 )
 
 

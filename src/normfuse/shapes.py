@@ -92,20 +92,21 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
 def fold_reshape_targets(
     stripped: onnx.ModelProto, types: dict[str, TensorType]
 ) -> onnx.ModelProto | None:
-    """A copy of `stripped` (a claim-free skeleton) in which the shape arithmetic feeding each
-    main-graph Reshape whose output inference left not static is replaced, where it folds exactly
-    from static shapes, by initializers: onnx's data propagation stops at `Div` (ONNX's own
-    group-norm body computes C / G), so the parts it cannot propagate are given as values and
+    """A copy of `stripped` (a claim-free skeleton) in which the constant-only and shape
+    arithmetic feeding each main-graph node whose output inference left not static (a Reshape's
+    target; a Pad's pads, a Tile's repeats, any integer input past the first) is replaced, where
+    it folds exactly (the one folding table), by initializers: onnx's data propagation stops at
+    `Div` (ONNX's own group-norm body computes C / G) and at `ConstantOfShape`/`Transpose`
+    (TorchScript's `F.pad` pads), so the parts it cannot propagate are given as values and
     inference goes on from there (a symbolic batch dim stays symbolic). None when nothing folds.
     Only for deriving types: the model itself is never changed."""
     candidates = [
-        node
+        (node, name)
         for node in stripped.graph.node
-        if node.op_type == "Reshape"
-        and node.domain in ("", "ai.onnx")
-        and len(node.input) == 2
+        if node.domain in ("", "ai.onnx")
         and node.output
         and not _static(types.get(node.output[0]))
+        for name in _shape_inputs(node, types)
     ]
     if not candidates:
         return None
@@ -122,9 +123,9 @@ def fold_reshape_targets(
     folded: dict[str, np.ndarray] = {}
     seen: set[int] = set()
     memo: Memo = {}
-    for node in candidates:
-        if node.input[1] in tensors:
-            _fold_parts(tensors[node.input[1]], context, folded, (seen, memo), MAX_DEPTH)
+    for _node, name in candidates:
+        if name in tensors:
+            _fold_parts(tensors[name], context, folded, (seen, memo), MAX_DEPTH)
     folded = {name: value for name, value in folded.items() if name not in outputs}
     if not folded:
         return None
@@ -164,6 +165,34 @@ def _fold_parts(
     for source in tensor.inputs[0].inputs:
         if source.name:
             _fold_parts(source, context, folded, visits, depth - 1)
+
+
+_INTEGER_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT64,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.UINT8,
+    }
+)
+
+
+def _shape_inputs(node: onnx.NodeProto, types: dict[str, TensorType]) -> list[str]:
+    """The inputs that may decide `node`'s output shape as values: a Reshape's target, and any
+    other input past the first of an integer type (pads, repeats, starts, axes, a shape); a
+    float input is data, never folded for this."""
+    if node.op_type == "Reshape":
+        return list(node.input[1:2])
+    first = 0 if node.op_type == "ConstantOfShape" else 1
+    return [
+        name
+        for name in node.input[first:]
+        if name and types.get(name, (None,))[0] in _INTEGER_TYPES
+    ]
 
 
 def _static(found: TensorType | None) -> bool:
