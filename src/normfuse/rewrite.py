@@ -15,12 +15,10 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse import final_check
-from normfuse.constants import DEFAULT_DOMAINS
+from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
 from normfuse.pattern import Match, Pattern, match_first, root_ops
@@ -92,7 +90,7 @@ def run(
             for scope, scope_context, function in scopes:
                 sites, misses = find_sites(scope, fusion_pass, scope_context)
                 sites = [replace(site, function=function) for site in sites]
-                apply_sites(scope, sites, names)
+                apply_sites(scope, sites, names, scope_context.reader)
                 result.sites.extend(sites)
                 near_misses.extend(misses)
                 fused_this_round += len(sites)
@@ -340,12 +338,14 @@ def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
     return [tensor for node in graph.nodes for tensor in node.outputs]
 
 
-def apply_sites(graph: gs.Graph, sites: list[Site], names: _NameRegistry) -> None:
+def apply_sites(
+    graph: gs.Graph, sites: list[Site], names: _NameRegistry, reader: ConstantReader
+) -> None:
     """Replace each site's subgraph by its fused node, keep output names, clean up, sort. New
     names are unique across every scope in `names`."""
     if not sites:
         return
-    emitter = _Emitter(graph, names)
+    emitter = _Emitter(graph, names, reader)
     position = {id(node): (index, node) for index, node in enumerate(graph.nodes)}
     for site in sites:
         found = sorted(position[key] for key in site.node_ids if key in position)
@@ -409,9 +409,10 @@ class _NameRegistry:
 class _Emitter:
     """Adds nodes and tensors to one graph under unique, deterministic names."""
 
-    def __init__(self, graph: gs.Graph, names: _NameRegistry) -> None:
+    def __init__(self, graph: gs.Graph, names: _NameRegistry, reader: ConstantReader) -> None:
         self.graph = graph
         self.names = names
+        self.reader = reader  # reads a site's own initializers, external data included
 
     def node_name(self, stem: str) -> str:
         """A node name not yet used in any scope, reserved."""
@@ -470,30 +471,25 @@ def _constant(
     value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter
 ) -> gs.Constant:
     """The initializer of `own` holding exactly `value`, else a new constant."""
-    same = next((constant for constant in own if _holds_exactly(constant, value)), None)
+    same = next(
+        (constant for constant in own if _holds_exactly(constant, value, emitter.reader)), None
+    )
     return same or emitter.tensor(stem, np.ascontiguousarray(value))
 
 
 def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
-    """The inline initializers the site's `nodes` read (external data is never loaded here)."""
-    return [
-        tensor
-        for node in nodes
-        for tensor in node.inputs
-        if isinstance(tensor, gs.Constant)
-        and not (
-            isinstance(tensor._values, LazyValues)
-            and isinstance(tensor._values.tensor, onnx.TensorProto)
-            and tensor._values.tensor.data_location == onnx.TensorProto.EXTERNAL
-        )
-    ]
+    """The initializers the site's `nodes` read (inline or external: an external one stays
+    external when the fused node reads it)."""
+    return [tensor for node in nodes for tensor in node.inputs if isinstance(tensor, gs.Constant)]
 
 
-def _holds_exactly(constant: gs.Constant, value: np.ndarray) -> bool:
-    """Whether `constant` is `value`: the same element type, shape and bytes."""
+def _holds_exactly(constant: gs.Constant, value: np.ndarray, reader: ConstantReader) -> bool:
+    """Whether `constant` is `value`: the same element type, shape and bytes (its values read
+    through the scope's reader, which already read them for the site's checks)."""
     if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
         return False
-    return constant.values.tobytes() == np.ascontiguousarray(value).tobytes()
+    held = reader.value(constant)
+    return held is not None and held.tobytes() == np.ascontiguousarray(value).tobytes()
 
 
 def _unique(name: str, taken) -> str:
