@@ -65,8 +65,8 @@ def KEEP(*reasons: str, max_sites: int = 0) -> Expect:
 EITHER = Expect("either")
 # A body initializer named like an outer value: ONNX Runtime 1.32 binds the outer value where the
 # outer graph uses it and the body's own where only bodies read it, so the binding is
-# runtime-defined and normfuse leaves the whole model as it is (README, "Guarantees about your
-# model"). Numerics are still checked: the unchanged output must equal the original.
+# runtime-defined and normfuse leaves the whole model as it is (docs/guarantees.md).
+# Numerics are still checked: the unchanged output must equal the original.
 SHADOWING_INITIALIZER = KEEP("unsupported-scope")
 
 

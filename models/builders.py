@@ -649,7 +649,7 @@ OTHER_FAMILIES = {
 }
 
 
-# Where each tested spelling comes from, for the README's table (tests keep the two in sync).
+# Where each tested spelling comes from, for docs/spellings-and-reasons.md (tests keep it in sync).
 SPELLING_SOURCES = {
     ("layer-norm", "torchscript"): "PyTorch TorchScript (`nn.LayerNorm`)",
     ("layer-norm", "one_over_std"): "PyTorch TorchScript (`rsqrt` as `Div(1, .)`)",
@@ -700,6 +700,10 @@ SPELLING_SOURCES = {
         "decomposed_static_reshape",
     ): "static-shape exports (Reshape back to a constant)",
     ("group-norm", "dynamo_hand_written"): "PyTorch dynamo, hand-written group norm (`torch.var`)",
+    (
+        "group-norm",
+        "dynamo_hand_written_rsqrt",
+    ): "PyTorch dynamo, hand-written (`torch.var`, `* torch.rsqrt(var + eps)`)",
     ("group-norm", "instance_norm_affine"): "instance norm with a per-channel affine (G = C)",
 }
 
@@ -715,7 +719,7 @@ LAYER_NORM_STRUCTURES = {
 
 
 def spelling_table() -> str:
-    """The README's Markdown table of recognised spellings, from the registries above."""
+    """The Markdown table of recognised spellings in docs/spellings-and-reasons.md."""
     registries = {
         "layer-norm": {**LAYER_NORM_POSITIVES, **LAYER_NORM_STRUCTURES},
         "rms-norm": {**RMS_NORM_POSITIVES, **RMS_NORM_FLOAT16_POSITIVES},
@@ -804,7 +808,10 @@ class GroupNormSpec:
     variance_axes: tuple[int, ...] = (-1,)  # dynamo_var: axes the variance reduces
     stats: LayerNormSpec = LayerNormSpec(scale=False, bias=False)
     grouped_shape: tuple[int, ...] | None = None  # None: (0, G, -1)
-    reshape_back: str = "shape_of_x"  # shape_of_x (TorchScript) | static (dynamo) | flat
+    # constant: `grouped_shape` | torchscript: Concat(Unsqueeze(Gather(Shape(x), 0)), [G], [-1])
+    grouping: str = "constant"
+    # shape_of_x (TorchScript) | static (dynamo) | minus_one ([0, C, -1, W]) | flat
+    reshape_back: str = "shape_of_x"
     epsilon: float = 1e-5
     scale: bool = True
     bias: bool = True
@@ -814,14 +821,16 @@ class GroupNormSpec:
 
 
 def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, rng) -> str:
-    """Append one group norm of `x` (NCHW of `shape`) to `b`; returns the output name."""
+    """Append one group norm of `x` (NCHW of `shape`, or [N, C, *S] of any rank from 3) to `b`;
+    returns the output name."""
     channels = shape[1]
+    per_channel = (channels, *(1,) * (len(shape) - 2))  # [C, 1, 1] for NCHW
     if spec.spelling == "instance_affine":
         stats = dataclasses.replace(spec.stats, axes=(-2, -1), epsilon=spec.epsilon)
         out = add_layer_norm(b, x, shape, stats, rng)
     else:
         grouped_shape = spec.grouped_shape or (0, spec.groups, -1)
-        grouped = b.op("Reshape", [x, b.const(grouped_shape, "groups", np.int64)])
+        grouped = b.op("Reshape", [x, _grouped_target(b, x, grouped_shape, spec.grouping)])
         groups = grouped_shape[1] if grouped_shape[1] > 0 else spec.groups
         if spec.spelling == "instance_norm":
             if spec.group_affine:  # inside the instance norm
@@ -847,17 +856,29 @@ def add_group_norm(b: GraphBuilder, x: str, shape: tuple, spec: GroupNormSpec, r
             back_shape = b.op("Shape", [x])
         elif spec.reshape_back == "static":
             back_shape = b.const([d if isinstance(d, int) else 0 for d in shape], "shape", np.int64)
+        elif spec.reshape_back == "minus_one":
+            back_shape = b.const([0, channels, -1, shape[-1]], "shape", np.int64)
         else:
             back_shape = b.const([0, channels, -1], "shape", np.int64)
         out = b.op("Reshape", [normed, back_shape])
     if spec.scale:
-        scale_shape = spec.scale_shape or (channels, 1, 1)
+        scale_shape = spec.scale_shape or per_channel
         out = b.op("Mul", [out, b.const(rng.uniform(0.5, 1.5, scale_shape), "gamma")])
     if spec.bias:
-        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, (channels, 1, 1)), "beta")])
+        out = b.op("Add", [out, b.const(rng.normal(0, 0.5, per_channel), "beta")])
     if spec.silu:
         out = b.op("Mul", [out, b.op("Sigmoid", [out])])
     return out
+
+
+def _grouped_target(b: GraphBuilder, x: str, grouped_shape: tuple, grouping: str) -> str:
+    """The grouping Reshape's target: a constant, or TorchScript's batch read from Shape(x)."""
+    if grouping == "constant":
+        return b.const(grouped_shape, "groups", np.int64)
+    batch = b.op("Gather", [b.op("Shape", [x]), b.const(0, "zero", np.int64)], axis=0)
+    parts = [b.op("Unsqueeze", [batch, b.const([0], "axes", np.int64)])]
+    parts += [b.const([dim], "dim", np.int64) for dim in grouped_shape[1:]]
+    return b.op("Concat", parts, axis=0)
 
 
 def _dynamo_variance_norm(
@@ -870,7 +891,7 @@ def _dynamo_variance_norm(
     kept = spec.variance_shape or (shape[0], groups, 1)
     variance = b.op("Reshape", [variance, b.const(kept, "variance_shape", np.int64)])
     std = b.op("Sqrt", [b.op("Add", [variance, b.const(spec.epsilon, "epsilon")])])
-    return b.op("Div", [b.op("Sub", [grouped, mean]), std])
+    return _divide(b, b.op("Sub", [grouped, mean]), std, spec.stats)
 
 
 def group_norm_block_model(
@@ -913,6 +934,17 @@ GROUP_NORM_POSITIVES = {
     "decomposed_silu": dataclasses.replace(_DECOMPOSED, silu=True),
     "decomposed_static_reshape": dataclasses.replace(_DECOMPOSED, reshape_back="static"),
     "dynamo_hand_written": GroupNormSpec(spelling="dynamo_var", reshape_back="static"),
+    # `(x - mean) * torch.rsqrt(var + eps)`: dynamo writes rsqrt as Reciprocal(Sqrt(.)).
+    "dynamo_hand_written_rsqrt": GroupNormSpec(
+        spelling="dynamo_var",
+        reshape_back="static",
+        stats=LayerNormSpec(scale=False, bias=False, divide="reciprocal"),
+    ),
+    "dynamo_hand_written_one_over_sqrt": GroupNormSpec(
+        spelling="dynamo_var",
+        reshape_back="static",
+        stats=LayerNormSpec(scale=False, bias=False, divide="one_over"),
+    ),
     "decomposed_no_affine": dataclasses.replace(_DECOMPOSED, scale=False, bias=False),
     "decomposed_bias_only": dataclasses.replace(_DECOMPOSED, scale=False),
     "decomposed_one_group": dataclasses.replace(_DECOMPOSED, groups=1),
@@ -945,7 +977,12 @@ GROUP_NORM_NEGATIVES = {
     **{
         f"{spelling}_{name}": (variant, shape, reason)
         for name, spec, shape, reason in (
-            ("groups_do_not_divide", GroupNormSpec(), ("batch", 6, 4, 4), "groups-do-not-divide"),
+            (
+                "groups_do_not_divide",
+                GroupNormSpec(),
+                ("batch", 6, "height", 4),
+                "groups-do-not-divide",
+            ),
             (
                 "reshape_not_restored",
                 GroupNormSpec(reshape_back="flat"),
@@ -977,6 +1014,16 @@ GROUP_NORM_NEGATIVES = {
         GroupNormSpec(spelling="dynamo_var", reshape_back="static", variance_shape=(1, 1, 4)),
         (1, 8, 5, 5),
         "reshape-not-restored",
+    ),
+    "dynamo_rsqrt_variance_over_other_axes": (
+        dataclasses.replace(GROUP_NORM_POSITIVES["dynamo_hand_written_rsqrt"], variance_axes=(1,)),
+        (1, 8, 5, 5),
+        "mismatched-axes",
+    ),
+    "dynamo_rsqrt_zero_epsilon": (
+        dataclasses.replace(GROUP_NORM_POSITIVES["dynamo_hand_written_rsqrt"], epsilon=0.0),
+        (1, 8, 5, 5),
+        "epsilon-not-positive",
     ),
 }
 
@@ -1227,4 +1274,136 @@ def onnx_group_norm_function_model(
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
+    return model
+
+
+def group_normalization_model(
+    shape: tuple = ("batch", 8, 5, 5), groups: int = 4, epsilon: float = 1e-5, seed: int = 0
+) -> onnx.ModelProto:
+    """One `GroupNormalization`-21 node (dynamo's `nn.GroupNorm` at opset 21), per-channel scale
+    and bias as initializers."""
+    rng = np.random.default_rng(seed)
+    channels = shape[1]
+    node = helper.make_node(
+        "GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=groups, epsilon=epsilon
+    )
+    parameters = [
+        helper.make_tensor("scale", FLOAT, [channels], rng.uniform(0.5, 1.5, channels)),
+        helper.make_tensor("bias", FLOAT, [channels], rng.normal(0, 0.5, channels)),
+    ]
+    graph = helper.make_graph(
+        [node],
+        "group_normalization",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", FLOAT, list(shape))],
+        parameters,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def ort_inlined_group_norm_model(
+    shape: tuple = ("batch", 8, 5, 5),
+    groups: int = 4,
+    shape_attrs: dict | None = None,
+    first_back: str = "shape",
+) -> onnx.ModelProto:
+    """`GroupNormalization`-21 as ONNX Runtime inlines it on its CPU provider (the graph its
+    session saves with optimisations disabled): the Reshapes back read `Shape(x', start=0)`.
+    `shape_attrs` replaces that Shape node's attributes (another spelling of a window);
+    `first_back`: shape (as ORT writes it) | leading_dims_and_w (`Concat(Shape(x', end=3), [W])`)
+    | nc_minus_one (`Concat(Shape(x', end=2), [-1])`: [N, C, -1], not x's rank)."""
+    import tempfile
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with tempfile.TemporaryDirectory() as folder:
+        options.optimized_model_filepath = str(Path(folder) / "inlined.onnx")
+        model = group_normalization_model(shape, groups).SerializeToString()
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        inlined = onnx.load(options.optimized_model_filepath)
+    graph = inlined.graph
+    shape_node = next(n for n in graph.node if n.output[0].endswith("_XShape"))
+    if shape_attrs is not None:
+        del shape_node.attribute[:]
+        shape_node.attribute.extend(helper.make_attribute(k, v) for k, v in shape_attrs.items())
+    if first_back != "shape":
+        end, tail = (3, shape[-1]) if first_back == "leading_dims_and_w" else (2, -1)
+        leading = helper.make_node("Shape", [shape_node.input[0]], ["back_leading"], end=end)
+        graph.initializer.append(numpy_helper.from_array(np.array([tail], np.int64), "back_tail"))
+        concat = helper.make_node("Concat", ["back_leading", "back_tail"], ["back_shape"], axis=0)
+        first = next(n for n in graph.node if n.input[1:] == shape_node.output[:1])
+        first.input[1] = "back_shape"
+        position = list(graph.node).index(first)
+        graph.node.insert(position, concat)
+        graph.node.insert(position, leading)
+    return inlined
+
+
+def padded_group_norm_model(
+    shape: tuple = ("batch", 8, 9, 9),
+    pads: tuple = (0, 1, 0, 1),
+    mode: str = "constant",
+    unfoldable: bool = False,
+    grouping: str = "torchscript",
+) -> onnx.ModelProto:
+    """diffusers' Downsample2D as TorchScript exports it, then a group norm: `F.pad(x, pads)`
+    becomes a Pad whose pads come from a constant-only chain (Shape of the constant, Sub, Mul,
+    ConstantOfShape, Concat, Reshape, a reversing Slice, Transpose, Reshape, Cast) that shape
+    inference does not fold; then Conv(3x3, stride 2) and a decomposed group norm. With
+    `unfoldable`, the chain's length goes through `Abs`, which the folding table lacks;
+    `grouping`: the group norm's grouping Reshape target (`GroupNormSpec.grouping`; with
+    `constant`, the Reshape back is static too: no Reshape target reads a Shape)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder(17)
+    rank, channels = len(shape), shape[1]
+    pad = b.const(list(pads), "pad", np.int64)
+    pad_length = b.op("Gather", [b.op("Shape", [pad]), b.const([0], "zero", np.int64)], axis=0)
+    twice_rank = b.op("Mul", [b.const(rank, "rank", np.int64), b.const(2, "two", np.int64)])
+    if unfoldable:
+        pad_length = b.op("Abs", [pad_length])
+    extension = b.op("Sub", [twice_rank, pad_length])
+    zero = numpy_helper.from_array(np.zeros(1, np.int64))
+    padding = b.op(
+        "Concat",
+        [
+            b.op("Cast", [pad], to=onnx.TensorProto.INT64),
+            b.op("ConstantOfShape", [extension], value=zero),
+        ],
+        axis=0,
+    )
+    pairs = b.op("Reshape", [padding, b.const([-1, 2], "pairs", np.int64)])
+    flipped = b.op(
+        "Slice",
+        [pairs]
+        + [
+            b.const([v], n, np.int64)
+            for v, n in ((-1, "start"), (-(2**63) + 1, "end"), (0, "axis"))
+        ]
+        + [b.const([-1], "step", np.int64)],
+    )
+    columns = b.op("Transpose", [flipped], perm=[1, 0])
+    flat = b.op("Cast", [b.op("Reshape", [columns, b.const([-1], "flat", np.int64)])], to=7)
+    padded = b.op("Pad", ["x", flat, b.const(0.0, "pad_value")], mode=mode)
+    weight = b.const(rng.normal(0, 0.2, (channels, channels, 3, 3)), "conv_weight")
+    conv = b.op("Conv", [padded, weight], kernel_shape=[3, 3], strides=[2, 2])
+    added = (pads[2] + pads[3], pads[0] + pads[1])  # F.pad lists the last dim first
+    height, width = ((dim + p - 3) // 2 + 1 for dim, p in zip(shape[2:], added, strict=True))
+    back = "shape_of_x" if grouping == "torchscript" else "static"
+    spec = GroupNormSpec(spelling="decomposed", grouping=grouping, reshape_back=back)
+    out_shape = (shape[0], channels, height, width)
+    out = add_group_norm(b, conv, out_shape, spec, rng)
+    graph = helper.make_graph(
+        b.nodes,
+        "padded_group_norm",
+        [helper.make_tensor_value_info("x", FLOAT, list(shape))],
+        [helper.make_tensor_value_info(out, FLOAT, list(out_shape))],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
     return model

@@ -6,12 +6,14 @@ What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is nev
     x ──> Reshape([0, G, -1]) ──> statistics ──> Reshape(Shape(x) | x's static shape) ──> back
     statistics: InstanceNormalization(ones[G], zeros[G])   (TorchScript; dynamo at opset 18)
               | the layer-norm statistics over the last axis, spelled out (hand-written)
+              | Cast(float32) ──> those statistics ──> Cast(float16)  (diffusers, float16)
     back ──> Mul(gamma[C, 1, 1]) ──> Add(beta[C, 1, 1]) ──> y
-    (dynamo at opset 21 writes GroupNormalization-21 itself)
+    (dynamo at opset 21 writes GroupNormalization-21 itself: rewritten to the same form, the
+    Reshapes and the affine emitted around the LayerNormalization)
 
 Instance norm with a per-channel affine (statistics over S of x itself, no Reshapes) is the G = C
 case. What is emitted was decided by what ONNX Runtime's CPU provider runs and by measurement
-(README, `tests/benchmarks/group_norm.py`): `GroupNormalization`-18/21 have no CPU kernel (ORT
+(docs/group-norm.md, its benchmark): `GroupNormalization`-18/21 have no CPU kernel (ORT
 inlines their function body, which computes the variance as E[x^2] - E[x]^2 and was timed slower
 than the decomposed form; it gives NaN where a group's mean is large against its spread), and
 `com.microsoft.GroupNorm` (NHWC) has no CPU kernel at all. So the spelled-out statistics become
@@ -20,7 +22,9 @@ Reshapes and the per-channel affine stay. The `InstanceNormalization` spelling i
 fast and is reported, not rewritten (`no-faster-form`).
 
 A site is fused only when the whole is exactly group normalisation: the first Reshape splits the
-channels into G groups with G dividing C, the second restores x's shape, the statistics reduce the
+channels into G groups with G dividing C (or, with static spatial dims S, G dividing C·S: the
+grouped tensor's rows straddle channels, and its last-axis layer norm is still exact), the second
+restores x's shape, the statistics reduce the
 last axis of the grouped tensor only, epsilon is positive and inside the square root, and the
 affine after the Reshape back is per channel. Otherwise a near-miss says why.
 """
@@ -28,16 +32,21 @@ affine after the Reshape back is per channel. Otherwise a near-miss says why.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
-from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
-from normfuse.pattern import Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
+from normfuse.context import Context
+from normfuse.folding import Opset, resolved_attributes, schema
+from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
+from normfuse.records import FusedNode, Site, node_label
 from normfuse.static_values import MAX_DEPTH
 
 KIND = "group-norm"
+# A GroupNormalization node's scale and bias that are not one float32 value per channel.
+_AFFINE_REASONS = {"gn_scale": "gamma-shape", "gn_bias": "beta-shape"}
 
 _INSTANCE_NORM = Op(
     "InstanceNormalization", Var("x"), Const("in_scale"), Const("in_bias"), name="instance_norm"
@@ -61,13 +70,30 @@ _reshaped_variance = Op(
     ),
     Const("variance_shape"),
 )
-_DYNAMO_VAR = Op(
-    "Div",
-    Op("Sub", Var("x"), _mean, name="centered"),
-    Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted")),
+_dynamo_centered = Op("Sub", Var("x"), _mean, name="centered")
+_dynamo_std = Op("Sqrt", Op("Add", _reshaped_variance, Var("epsilon"), name="shifted"))
+_DYNAMO_VAR = Op("Div", _dynamo_centered, _dynamo_std, name="normed")
+# `(x - mean) * torch.rsqrt(var + eps)`: rsqrt as Reciprocal(Sqrt(.)) (dynamo) or 1 / Sqrt(.).
+_DYNAMO_RSQRT = Op(
+    "Mul",
+    _dynamo_centered,
+    AnyOf(Op("Reciprocal", _dynamo_std), Op("Div", Const("one", 1.0), _dynamo_std)),
     name="normed",
 )
-PATTERNS = (STATISTICS, _DYNAMO_VAR, _INSTANCE_NORM)
+# One GroupNormalization node (dynamo's `nn.GroupNorm` at opset 21), which ONNX Runtime's CPU
+# provider runs as the op's inlined one-pass function body.
+_GROUP_NORMALIZATION = Op(
+    "GroupNormalization", Var("x"), Const("gn_scale"), Const("gn_bias"), name="group_normalization"
+)
+# A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
+PATTERNS = (
+    Op("Cast", STATISTICS, name="downcast"),
+    STATISTICS,
+    _DYNAMO_VAR,
+    _DYNAMO_RSQRT,
+    _INSTANCE_NORM,
+    _GROUP_NORMALIZATION,
+)
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
 _NO_FASTER_FORM = (
     "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
@@ -84,13 +110,19 @@ class GroupNormPass:
     shared_names = ("upcast",)
 
     def site_key(self, match: Match) -> gs.Node:
-        """The mean's ReduceMean (or the InstanceNormalization) identifies one group norm."""
-        return match.node("instance_norm" if "instance_norm" in match else "mean")
+        """The mean's ReduceMean (or the InstanceNormalization or GroupNormalization node)
+        identifies one group norm."""
+        for name in ("instance_norm", "group_normalization"):
+            if name in match:
+                return match.node(name)
+        return match.node("mean")
 
     def check(self, match: Match, context: Context) -> Site | None:
         """A `Site` if `match` is the statistics of exactly group normalisation; raises `Reject`
         with the reason. None for statistics that are not inside a group norm's structure (layer
         norms, instance norms without a per-channel affine: the layer-norm pass decides those)."""
+        if "group_normalization" in match:
+            return _group_normalization_site(match, context)
         grouping = _grouping(match, context)
         if grouping is None:
             return _instance_norm_site(match, context)
@@ -124,6 +156,76 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     _check_statistics(match, context, 3, (-1,), inner, (shape[0], groups, 1))
     eps = checks.epsilon(match, context)
     return checks.fused_site(KIND, match, context, io, -1, eps, (np.ones(inner, io.dtype), None))
+
+
+def _group_normalization_site(match: Match, context: Context) -> Site | None:
+    """A `GroupNormalization`-21 node as Reshape [0, G, L] -> LayerNormalization(axis=-1) ->
+    Reshape [0, C, *S] -> Mul(gamma) -> Add(beta): the op's definition (population variance per
+    group, epsilon inside the root) with two-pass statistics, where ONNX Runtime's CPU provider
+    has no kernel and runs the one-pass function body (slower; NaN where a group's mean is large
+    against its spread). float32 only; C and S static. `GroupNormalization`-18 (scale and bias
+    per group, deprecated) is left to the runtime: None."""
+    node = match.node("group_normalization")
+    found = schema("GroupNormalization", context.reader.opset)
+    if found is None or found.since_version != 21:
+        return None
+    x = match["x"]
+    if context.elem_type(x) != onnx.TensorProto.FLOAT:
+        raise checks.Reject("unsupported-dtype", "GroupNormalization is rewritten in float32 only")
+    shape = checks.known_shape(x, context)
+    if len(shape) < 3 or not all(isinstance(dim, int) for dim in shape[1:]):
+        raise checks.Reject("unknown-shape", f"the channel and spatial dims of {list(shape)}")
+    attrs = resolved_attributes("GroupNormalization", context.reader.opset, node.attrs)
+    if attrs is None or attrs.get("stash_type", 1) != onnx.TensorProto.FLOAT:
+        raise checks.Reject("cast-types", "GroupNormalization computes in another stash type")
+    channels, groups = shape[1], int(attrs["num_groups"])
+    if groups <= 0 or channels % groups:
+        raise checks.Reject(
+            "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
+        )
+    eps = float(attrs.get("epsilon", 1e-5))
+    if not (np.isfinite(eps) and eps > 0):
+        raise checks.Reject("epsilon-not-positive", f"epsilon is {eps}")
+    per_channel = (channels, *(1,) * (len(shape) - 2))
+    affine = []
+    for name in ("gn_scale", "gn_bias"):
+        value = context.reader.value(match[name])
+        if value is None or value.shape != (channels,) or value.dtype != np.float32:
+            shown = "unknown" if value is None else list(value.shape)
+            raise checks.Reject(
+                _AFFINE_REASONS[name], f"{name[3:]} of shape {shown} is not [{channels}] float32"
+            )
+        affine.append(value.reshape(per_channel))
+    emission = context.emissions[KIND]
+    if emission is None:
+        raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
+    inner = int(np.prod(shape[1:])) // groups
+    if inner == 0:
+        # The kernel needs at least one element per row ("Size of X.shape[axis:] must be at
+        # least 1"); the node runs on empty groups.
+        raise checks.Reject("empty-normalised-axes", "the groups hold no element")
+    fused = FusedNode(
+        emission.op,
+        emission.domain,
+        {"axis": -1, "epsilon": eps, "stash_type": onnx.TensorProto.FLOAT},
+        (x, np.ones(inner, np.float32)),
+        after_cast=(affine[0], affine[1]),
+        grouping=((0, groups, inner), (0, *shape[1:])),
+    )
+    return Site(
+        KIND,
+        emission.op,
+        emission.domain,
+        -1,
+        eps,
+        x.name,
+        match.root.name,
+        (node_label(node),),
+        fused,
+        emission.opset,
+        emission.ort_only,
+        frozenset({id(node)}),
+    )
 
 
 def _instance_norm_site(match: Match, context: Context) -> Site | None:
@@ -202,9 +304,9 @@ def _check_grouped_shape(
     x: gs.Tensor,
     zero_copies: bool,
 ) -> tuple[int, int, int | None]:
-    """(C, G, C/G * prod(S)) when `target` (the grouped shape, as entries) turns x [N, C, *S] into
-    [N, G, C/G * prod(S)]; the last is None when S is not static (the Reshape must then infer it:
-    -1). A 0 in `target` copies x's dim where `zero_copies`."""
+    """(C, G, C * prod(S) / G) when `target` (the grouped shape, as entries) turns x [N, C, *S]
+    into [N, G, C * prod(S) / G]; the last is None when S is not static (the Reshape must then
+    infer it: -1). A 0 in `target` copies x's dim where `zero_copies`."""
     if len(shape) < 3 or target is None or len(target) != 3:
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
@@ -216,13 +318,16 @@ def _check_grouped_shape(
     batch_kept = batch == (x, 0) or (batch == 0 and zero_copies) or _static(batch, shape[0])
     if not batch_kept or not isinstance(groups, int) or groups <= 0:
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
-    if channels % groups:
+    inner = None
+    if all(isinstance(dim, int) for dim in spatial):
+        # G need not divide C: [N, G, C*S/G] normalised over its last axis is exactly a layer
+        # norm of the grouped tensor wherever G divides C*S (the Reshape fails otherwise).
+        total = channels * int(np.prod(spatial))
+        inner = total // groups if total % groups == 0 else None
+    if inner is None and channels % groups:
         raise checks.Reject(
             "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
         )
-    inner = None
-    if all(isinstance(dim, int) for dim in spatial):
-        inner = channels // groups * int(np.prod(spatial))
     if rest != -1 and (inner is None or rest != inner):
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
     return channels, groups, inner
@@ -244,13 +349,16 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     if target is not None and len(target) == len(shape):
         grouped_shape = context.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
-        restored = all(
+        kept = [
             entry == (x, axis)
             or _static(entry, shape[axis])
             or (entry == 0 and copies and axis < len(grouped_shape) and grouped_shape[axis] == dim)
             for axis, (entry, dim) in enumerate(zip(target, shape, strict=True))
-        )
-        if restored:
+        ]
+        # One -1 among entries that restore every other dim is the remaining dim (the element
+        # counts are equal): [N, C, -1, W] restores [N, C, H, W].
+        inferred = [axis for axis, entry in enumerate(target) if entry == -1 and not kept[axis]]
+        if all(ok or axis in inferred[:1] for axis, ok in enumerate(kept)) and len(inferred) <= 1:
             return back.outputs[0]
     raise checks.Reject(
         "reshape-not-restored", f"the Reshape back does not restore x's shape {list(shape)}"
@@ -271,10 +379,13 @@ def _shape_entries(
     node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     if node is None:
         return None
-    if _is(node, "Shape") and not node.attrs:
+    if _is(node, "Shape"):
         source_shape = context.shape(node.inputs[0])
         count = len(source_shape) if source_shape is not None else rank
-        return None if count is None else [(node.inputs[0], axis) for axis in range(count)]
+        window = _shape_window(node, count, context.reader.opset)
+        if window is None or window[1] is None:
+            return None
+        return [(node.inputs[0], axis) for axis in range(window[0], window[1])]
     if _is(node, "Concat") and node.attrs.get("axis") == 0:
         parts = [_shape_entries(part, context) for part in node.inputs]
         return None if any(part is None for part in parts) else [e for p in parts for e in p]
@@ -285,10 +396,7 @@ def _shape_entries(
 
 
 def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
-    if "axes" in node.attrs:
-        return list(node.attrs["axes"]) == [0]
-    axes = context.reader.value(node.inputs[1]) if len(node.inputs) > 1 else None
-    return axes is not None and axes.reshape(-1).tolist() == [0]
+    return written_axes(node, context.reader) == [0]
 
 
 def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
@@ -301,11 +409,36 @@ def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
         return None
     shape_node = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
     index = context.reader.value(node.inputs[1])
-    if shape_node is None or not _is(shape_node, "Shape") or shape_node.attrs:
+    if shape_node is None or not _is(shape_node, "Shape"):
         return None
-    if index is None or index.ndim != 0 or int(index) < 0:
+    source_shape = context.shape(shape_node.inputs[0])
+    rank = None if source_shape is None else len(source_shape)
+    window = _shape_window(shape_node, rank, context.reader.opset)
+    if window is None or index is None or index.ndim != 0 or int(index) < 0:
         return None
-    return (shape_node.inputs[0], int(index))
+    start, end = window
+    axis = start + int(index)
+    return (shape_node.inputs[0], axis) if end is None or axis < end else None
+
+
+def _shape_window(node: gs.Node, rank: int | None, opset: Opset) -> tuple[int, int | None] | None:
+    """The dims [start, end) of its input that a `Shape` node gives, per Shape-15: `start` 0
+    and `end` the rank by default, a negative one counted from the end, both clamped to
+    [0, rank] (an empty window where start >= end). Without the rank only the default window
+    is known, (0, None); None where the window is not known or an attribute is not one the
+    node's version at `opset` defines (Shape-1/13 have none)."""
+    attrs = node.attrs
+    if attrs and resolved_attributes("Shape", opset, attrs) is None:
+        return None
+    start, end = int(attrs.get("start", 0)), attrs.get("end")
+    if rank is None:
+        return (0, None) if start == 0 and end is None else None
+
+    def clamp(value: int) -> int:
+        return min(max(value + rank if value < 0 else value, 0), rank)
+
+    first = clamp(start)
+    return first, max(first, rank if end is None else clamp(int(end)))
 
 
 def _static(entry: ShapeEntry, dim: int | str | None) -> bool:

@@ -26,8 +26,9 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
@@ -226,10 +227,10 @@ def _check(match: Match, context: Context) -> Site:
     eps = checks.epsilon(match, context, checks.reduced_shape(shape, axes))
     scale = checks.affine(match, "scale", context, dims, rank)
     bias = checks.affine(match, "bias", context, dims, rank)
-    scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
+    scale = np.ones(dims, io.dtype) if scale is None else scale
     if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
         scale = -scale
-    bias = None if bias is None else bias.astype(io.dtype)
+    bias = bias
     extra = checks.statistics_outputs(match, context, io, None, shape, axes)
     return checks.fused_site(
         KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra
@@ -238,7 +239,8 @@ def _check(match: Match, context: Context) -> Site:
 
 def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shape: tuple) -> Site:
     """Statistics over axis 1 of NCHW-like data (ConvNeXt): Transpose the channels last, fuse,
-    Transpose back. Measured faster than the decomposed form on CPU (see README)."""
+    Transpose back. Measured faster than the decomposed form on CPU
+    (docs/spellings-and-reasons.md)."""
     rank, channels = len(shape), shape[1]
     if not isinstance(channels, int):
         raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
@@ -246,10 +248,10 @@ def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shap
     eps = checks.epsilon(match, context)
     scale = checks.channel_affine(match, "scale", context, channels, rank)
     bias = checks.channel_affine(match, "bias", context, channels, rank)
-    scale = np.ones(channels, io.dtype) if scale is None else scale.astype(io.dtype)
+    scale = np.ones(channels, io.dtype) if scale is None else scale
     if "negated_numerator" in match:
         scale = -scale
-    bias = None if bias is None else bias.astype(io.dtype)
+    bias = bias
     checks.statistics_outputs(match, context, io, "channel-first", shape, None)
     to_last = (0, *range(2, rank), 1)
     back = (0, rank - 1, *range(1, rank - 1))

@@ -20,8 +20,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.rewrite import Context, Site
+from normfuse.records import Site
 
 KIND = "rms-norm"
 
@@ -185,5 +186,5 @@ def _check(match: Match, context: Context) -> Site:
     if "epsilon_in_sum" in match:  # sqrt((s + e) / d) == sqrt(s / d + e / d)
         eps = eps / count  # in double, fused_site requires e / d to be exactly a float32
     scale = checks.affine(match, "scale", context, dims, rank)
-    scale = np.ones(dims, io.dtype) if scale is None else scale.astype(io.dtype)
+    scale = np.ones(dims, io.dtype) if scale is None else scale
     return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale,))

@@ -1,25 +1,41 @@
 """Residual fusion (ONNX Runtime only): `Add(input, skip)` feeding a fused norm becomes ONNX
 Runtime's `SkipLayerNormalization` / `SkipSimplifiedLayerNormalization` (`com.microsoft`)::
 
-    input[ + b], skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
-        =>  input, skip ──> SkipLayerNormalization(scale[, bias][, b]) ──> y  [, sum]
+    input, skip ──> Add ──> sum ──> LayerNormalization(scale[, bias]) ──> y
+        =>  input, skip ──> SkipLayerNormalization(scale[, bias]) ──> y  [, sum]
 
 When `sum` is also used downstream (the pre-norm residual stream), it becomes the op's fourth
-output. A constant bias added to `input` first (a projection's bias) goes into the op's bias
-input. Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
+output. Exact or absent, after ONNX Runtime's kernels (contrib_ops/cpu/skip_layer_norm.cc,
+contrib_ops/cuda/bert/skip_layer_norm_impl.cu; docs/residual-fusion.md):
+
+- The op's own bias input is never used: the CPU kernel sums `(input + skip) + bias`, the CUDA
+  kernel `(input + bias) + skip`, and float addition does not associate, so no folded bias is
+  the model's sum on both. A bias added to an operand first, `(a + b) + s`, keeps its Add (its
+  output is the op's input); one added after the residual sum is `skip-bias-order`.
+- The kernel returns `input`'s shape and reads `skip` by offset, so input and skip must be
+  proved the same shape (`normfuse.same_shape`, symbolic dims included), of rank 2 or 3 (the
+  kernel's contract).
+- float32 only: for float16 the CPU kernel adds input and skip in float32 where the model rounds
+  the sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64.
+
+Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
 themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
-were measured slower than `Add` + norm (see README), so the form is either asked for by name
-(`--passes ...,skip-norm`) or chosen per site by timing (`optimize --tune-for`).
+were measured slower than `Add` + norm, and on rows with a large offset further from a float64
+evaluation, so the form is either asked for by name (`--passes ...,skip-norm`) or chosen per
+site by timing and accuracy (`optimize --tune-for`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.context import Context
 from normfuse.pattern import Const, Match, Op, Var
-from normfuse.rewrite import Context, FusedNode, Site, node_label
+from normfuse.records import FusedNode, Site, node_label
+from normfuse.same_shape import format_shape, same_shape
 from normfuse.targets import Target
 
 KIND = "skip-norm"
@@ -32,17 +48,16 @@ SKIP_OPS = {
 }
 
 _sum = Op("Add", Var("input"), Var("skip"), name="sum")
-# A projection's bias added before the residual: folded into the op's bias input.
-_biased_sum = Op(
-    "Add", Op("Add", Var("input"), Const("skip_bias"), name="biased"), Var("skip"), name="sum"
-)
-# The same bias added after the residual sum: (input + skip) + b, the kernel's own order.
+# A bias added after the residual sum: matched to say why it is left (`skip-bias-order`). A bias
+# added to an operand first, (input + b) + skip, needs no pattern: that Add is the op's input.
 _sum_biased = Op(
     "Add", Op("Add", Var("input"), Var("skip"), name="residual"), Const("skip_bias"), name="sum"
 )
+# A Cast to the sum's own type (T5's `.to(float32)` on a float32 stream) is the identity: it goes.
 PATTERNS = tuple(
     pattern
-    for summed in (_biased_sum, _sum_biased, _sum)
+    for added in (_sum_biased, _sum)
+    for summed in (added, Op("Cast", added, name="cast"))
     for pattern in (
         Op("LayerNormalization", summed, Var("scale"), Var("bias"), name="y"),
         Op("LayerNormalization", summed, Var("scale"), name="y"),
@@ -58,7 +73,7 @@ class SkipNormPass:
     name = "skip-norm"
     kind = KIND
     patterns = PATTERNS
-    shared_names = ("sum",)
+    shared_names = ("sum", "cast")
 
     def site_key(self, match: Match) -> gs.Node:
         """The norm node identifies the site."""
@@ -76,70 +91,112 @@ def _check(match: Match, context: Context) -> Site:
     first, second = match["input"], match["skip"]
     if context.reader.is_constant(first) or context.reader.is_constant(second):
         raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
-    shapes = {context.shape(first), context.shape(second)}
-    shape = shapes.pop() if len(shapes) == 1 else None
-    if shape is None or len(shape) != 3 or not all(isinstance(d, int) for d in shape):
-        raise checks.Reject("skip-shape", f"input and skip need one static 3-D shape, got {shapes}")
-    if norm.attrs.get("axis", -1) not in (-1, 2) or norm.attrs.get("stash_type", 1) != 1:
+    if "skip_bias" in match:
+        raise checks.Reject(
+            "skip-bias-order",
+            "a bias added after the residual sum: ONNX Runtime's CPU kernel adds "
+            "(input + skip) + bias, its CUDA kernel (input + bias) + skip; folded, the sum "
+            "would be the model's on one provider only",
+        )
+    shape = _residual_shape(first, second, context)
+    rank = len(shape)
+    if "cast" in match and match.node("cast").attrs.get("to") != context.elem_type(first):
+        raise checks.Reject("skip-cast", "the residual sum is cast to another type before the norm")
+    if norm.attrs.get("axis", -1) not in (-1, rank - 1) or norm.attrs.get("stash_type", 1) != 1:
         raise checks.Reject("skip-axis", "Skip* ops normalise the last axis in float32 only")
     elem_type = context.elem_type(first)
-    if elem_type not in checks.FLOAT_TYPES:
-        raise checks.Reject("unsupported-dtype", "Skip* fused for float32/float16 only")
-    if "skip_bias" in match:
-        _per_feature(match, "skip_bias", context, shape[-1])
+    if elem_type == onnx.TensorProto.FLOAT16:
+        raise checks.Reject(
+            "skip-float16-sum",
+            "ONNX Runtime's Skip* kernels add input and skip in float32; the model rounds the "
+            "sum to float16 before the norm, so the fused op would normalise another value",
+        )
+    if elem_type != onnx.TensorProto.FLOAT:
+        name = "unknown" if elem_type is None else onnx.TensorProto.DataType.Name(elem_type)
+        raise checks.Reject(
+            "unsupported-dtype", f"ONNX Runtime has no exact Skip* kernel for {name.lower()}"
+        )
+    hidden = shape[-1]
+    if not isinstance(hidden, int):
+        raise checks.Reject(
+            "skip-shape", f"the normalised axis of {format_shape(shape)} has no static size"
+        )
     for name in ("scale", "bias"):
-        if name in match:
-            _per_feature(match, name, context, shape[-1])
+        if _given(match, name):
+            _per_feature(match, name, context, hidden, rank=rank)
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     chooser = context.form_chooser
     if chooser is not None:
-        choice = chooser.choose(family, shape, elem_type, "bias" in match)
+        tensors = (match["sum"], first, second)  # all of the proved shape
+        bias = _given(match, "bias")
+        choice = chooser.choose(family, shape, elem_type, bias, tensors, context.reader)
         if not choice.use_skip:
-            low, high = choice.interval
-            raise checks.Reject(
-                "measured-slower",
-                f"{SKIP_OPS[norm.op]} at {list(shape)} on {chooser.provider}: {choice.ratio:.2f}x "
-                f"Add + {norm.op} [{low:.2f}, {high:.2f}]; kept Add + {norm.op}",
-            )
-    return _site(match, norm, context)
+            raise checks.Reject(choice.reason(), choice.detail(SKIP_OPS[norm.op], norm.op))
+    return _site(match, norm, context, hidden)
+
+
+def _residual_shape(first: gs.Tensor, second: gs.Tensor, context: Context) -> tuple:
+    """The one shape input and skip are proved to have, of a rank the kernel takes."""
+    shapes = [context.shape(first), context.shape(second)]
+    if not same_shape(first, second, context.types, context.reader):
+        raise checks.Reject(
+            "skip-shape",
+            f"input {format_shape(shapes[0])} and skip {format_shape(shapes[1])} are not "
+            "proved to have one shape; the Skip* op returns input's shape and never broadcasts",
+        )
+    shape = shapes[0]
+    if shape is None or len(shape) not in (2, 3):
+        raise checks.Reject(
+            "skip-rank",
+            f"input and skip {format_shape(shape)}: Skip* kernels take rank 2 or 3 only",
+        )
+    return shape
+
+
+def _given(match: Match, name: str) -> bool:
+    """`name` is bound to a present input (an empty input name means the input is omitted)."""
+    return name in match and bool(match[name].name)
 
 
 def _per_feature(
-    match: Match, name: str, context: Context, hidden: int, dtype=None
+    match: Match, name: str, context: Context, hidden: int, dtype=None, rank: int | None = None
 ) -> np.ndarray | gs.Tensor:
     """The kernel's contract: gamma and beta are 1-D, one value per feature. A constant shaped
-    [1, ..., 1, hidden] is that vector (as `dtype`); a tensor computed or fed at run time must be
+    [1, ..., 1, hidden] of at most the input's `rank` where given (the op's output has the
+    input's rank) is that vector (as `dtype`); a tensor computed or fed at run time must be
     declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
     as it is; anything else stays."""
     tensor = match[name]
-    reason = {"scale": "gamma-shape", "bias": "beta-shape"}.get(name, "bias-shape")
+    reason = {"scale": "gamma-shape", "bias": "beta-shape"}[name]
     if not context.reader.is_constant(tensor):
         shape, elem_type = context.shape(tensor), context.elem_type(tensor)
         if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
             raise checks.Reject(
-                reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}] of x's type"
+                reason,
+                f"{name} of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}] of x's type",
             )
         return tensor
     value = context.reader.value(tensor)
     if value is None or value.size != hidden or any(dim != 1 for dim in value.shape[:-1]):
-        shape = None if value is None else value.shape
-        raise checks.Reject(reason, f"{name} of shape {shape}: Skip* ops need 1-D [{hidden}]")
+        shape = None if value is None else tuple(value.shape)
+        raise checks.Reject(
+            reason, f"{name} of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}]"
+        )
+    if rank is not None and value.ndim > rank:
+        raise checks.Reject(
+            reason,
+            f"{name} of shape {format_shape(tuple(value.shape))} has a higher rank than the "
+            f"rank-{rank} input; the Skip* op returns rank {rank}",
+        )
     value = value.reshape(-1)
     return value if dtype is None else value.astype(dtype)
 
 
-def _site(match: Match, norm: gs.Node, context: Context) -> Site:
+def _site(match: Match, norm: gs.Node, context: Context, hidden: int) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
-    hidden = context.shape(match["input"])[-1]
     gamma = _per_feature(match, "scale", context, hidden, dtype)
-    beta = [_per_feature(match, "bias", context, hidden, dtype)] if "bias" in match else []
-    if "skip_bias" in match:
-        folded = _per_feature(match, "skip_bias", context, hidden, dtype)
-        beta = beta or ([None] if norm.op == "LayerNormalization" else [])
-        params = [gamma, *beta, folded]
-    else:
-        params = [gamma, *beta]
-    inputs = (match["input"], match["skip"], *params)
+    beta = [_per_feature(match, "bias", context, hidden, dtype)] if _given(match, "bias") else []
+    inputs = (match["input"], match["skip"], gamma, *beta)
     extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream
     epsilon = float(norm.attrs.get("epsilon", 1e-5))
     op = SKIP_OPS[norm.op]

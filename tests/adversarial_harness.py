@@ -90,11 +90,13 @@ class Comparison:
     detail: str
 
 
-def compare(originals, candidates, dtype, references=None) -> Comparison:
-    """Every output within atol + rtol*|original|. NaN/Inf are values: they must match, except
-    where the original is not finite, the candidate is finite and a float64 reference says the
-    candidate is right (a repair)."""
-    atol, rtol = TOLERANCES[dtype]
+def compare(originals, candidates, dtype, references=None, loosest: bool = False) -> Comparison:
+    """Every output within atol + rtol*|original|, the tolerances of the output's own type (no
+    looser than `dtype`'s, the model's narrowest float: a float32 output of a model that has
+    float16 tensors gets float32's; with `loosest`, `dtype`'s for every output, for showing that
+    two models differ). NaN/Inf are values: they must match, except where the original is not
+    finite, the candidate is finite and a float64 reference says the candidate is right (a
+    repair)."""
     worst, details = 0.0, []
     for index, (o, c) in enumerate(zip(originals, candidates, strict=True)):
         if o.shape != c.shape or o.dtype != c.dtype:
@@ -105,6 +107,9 @@ def compare(originals, candidates, dtype, references=None) -> Comparison:
             if not np.array_equal(o, c):
                 return Comparison(False, float("inf"), f"output {index}: integers differ")
             continue
+        atol, rtol = TOLERANCES[dtype]
+        if not loosest:
+            atol, rtol = min((atol, rtol), TOLERANCES.get(o.dtype.type, (atol, rtol)))
         o64, c64 = o.astype(np.float64), c.astype(np.float64)
         same_special = (np.isnan(o64) & np.isnan(c64)) | (np.isinf(o64) & (o64 == c64))
         diff = np.abs(o64 - c64)

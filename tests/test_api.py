@@ -43,21 +43,22 @@ def test_passes_are_installed_as_normfuse_passes() -> None:
 
 
 def test_targets_block_raising_the_opset_when_an_operator_changes_meaning() -> None:
-    from models.builders import LayerNormSpec, norm_model
-    from normfuse.targets import can_raise_opset
+    from models.builders import LayerNormSpec, norm_model, with_batch_norm
+    from normfuse.targets import can_raise_opset, raise_blockers
 
-    model = norm_model(LayerNormSpec(), opset=14)
+    model = norm_model(LayerNormSpec(), opset=13)
     assert can_raise_opset(model, 17)
-    model.graph.node.append(
-        onnx.helper.make_node("RoiAlign", ["x", "rois", "index"], ["pooled"], name="roi")
-    )
+    model = with_batch_norm(model, training_outputs=True)
     assert not can_raise_opset(model, 17)
+    assert raise_blockers(model, 17) == [
+        "BatchNormalization-9 -> 14 drops the training outputs (mean, var, saved_mean, saved_var)"
+    ]
 
 
-def test_readme_spelling_table_matches_the_builders() -> None:
+def test_spelling_table_in_the_docs_matches_the_builders() -> None:
     from models.builders import spelling_table
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "spellings-and-reasons.md").read_text()
     start = text.index("<!-- spellings:")
     body = text[text.index("\n", start) + 1 : text.index("<!-- /spellings -->")]
     assert body == spelling_table()

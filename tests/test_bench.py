@@ -50,7 +50,10 @@ def test_bench_times_models_side_by_side_and_counts_ort_fusions() -> None:
         assert stats["p99"] is None  # 10 runs cannot support a 99th percentile
     assert report.timings[0].norm_ops_after_ort == {}
     assert report.timings[1].norm_ops_after_ort == {"SimplifiedLayerNormalization": 2}
-    assert report.timings[0].ratio == 1.0
+    for base, other in (report.timings[0:2], report.timings[2:4]):
+        assert base.reference and not other.reference
+        expected = np.median(other.samples) / np.median(base.samples)
+        assert other.ratio == pytest.approx(expected, rel=1e-12)  # whatever the timings were
     assert "ratio" in report.table()
 
 
@@ -99,6 +102,9 @@ def test_bench_cli_writes_json(tmp_path: Path, capsys) -> None:
         "ratio_interval_95",
     } <= set(data["timings"][0])
     assert "intra-op threads: 1" in capsys.readouterr().out
+    assert data["timings"][0]["verdict"] is None  # the reference
+    ratio_interval = tuple(data["timings"][1]["ratio_interval_95"])
+    assert data["timings"][1]["verdict"] == bench.verdict(ratio_interval)
 
 
 def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -193,6 +199,59 @@ def test_table_keeps_names_distinct_and_times_in_units() -> None:
     assert "p90" in header and "p99" not in header
     assert "p99 not shown: 50 runs are too few" in table
     assert "0.900 [0.890, 0.910] faster" in table
+
+
+@pytest.mark.parametrize(
+    ("interval", "word"),
+    [
+        ((0.90, 0.98), "faster"),
+        ((1.02, 1.30), "slower"),
+        ((0.995, 1.005), "same"),
+        ((0.99, 1.01), "same"),  # the band's edges belong to it
+        ((0.935, 0.991), "inconclusive (more runs)"),  # below 1, but crosses 0.99
+        ((1.005, 1.03), "inconclusive (more runs)"),  # above 1, but crosses 1.01
+        ((0.789, 1.232), "inconclusive (more runs)"),  # +-20% noise crosses both edges
+    ],
+)
+def test_verdict_words_match_the_interval_against_the_one_percent_band(interval, word) -> None:
+    assert bench.verdict(interval) == word
+
+
+def test_table_labels_every_ratio_but_the_reference() -> None:
+    timings = [scripted_timing("a.onnx", 1e-3, 20), scripted_timing("b.onnx", 1e-3, 20, 0.96)]
+    timings[0].reference = True
+    timings[1].ratio_interval = (0.935, 0.991)
+    rows = bench.BenchReport(timings, "1").table().splitlines()
+    assert rows[2].split()[-4:] == ["1.000", "[0.990,", "1.010]", "none"]  # no word
+    assert "0.960 [0.935, 0.991] inconclusive (more runs)" in rows[3]
+    assert "inconclusive: it crosses 0.99 or 1.01 (time more runs)" in rows[4]
+
+
+def test_plot_labels_rows_with_the_table_words(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    from normfuse.plot import plot_ratios
+
+    texts: list[str] = []
+    original_text = Axes.text
+
+    def record(self, x, y, s, *args, **kwargs):
+        texts.append(s)
+        return original_text(self, x, y, s, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "text", record)
+    ratios = {"b": (0.97, (0.95, 0.985)), "c": (1.0, (0.995, 1.005)), "d": (1.0, (0.95, 1.05))}
+    timings = [scripted_timing("a.onnx", 1e-3, 20)]
+    timings[0].reference = True
+    for name, (ratio, interval) in ratios.items():
+        timings.append(scripted_timing(f"{name}.onnx", 1e-3, 20, ratio))
+        timings[-1].ratio_interval = interval
+    plot_ratios(bench.BenchReport(timings, "1"), tmp_path / "p.png")
+    assert texts[0].startswith("reference (first model)")
+    assert texts[1].startswith("0.970 [0.950, 0.985] faster,")
+    assert texts[2].startswith("1.000 [0.995, 1.005] same,")
+    assert texts[3].startswith("1.000 [0.950, 1.050] inconclusive (more runs),")
 
 
 def test_same_model_twice_is_numbered_and_names_repeat_per_level() -> None:
@@ -346,3 +405,47 @@ def test_bootstrap_picks_draw_whole_sets_then_rounds_within_them() -> None:
     assert drawn_sets == {0, 1, 2}
     one_set = bench.bootstrap_picks(np.zeros(5, int))
     assert one_set.shape == (bench.BOOTSTRAP_RESAMPLES, 5) and one_set.min() >= 0
+
+
+def test_time_budget_stops_after_the_set_that_would_overrun() -> None:
+    """Each set of the fake machine takes 22 clock units (2 models x 11 rounds of ~1.0): with a
+    budget of 50 a third set would end near 66, so two run; the first set always runs."""
+    plan = bench.schedule(count=2, runs=60, warmup=1, sets=6)
+    machine = CreationOrderMachine(2, bias=0.0)
+    full = bench.time_sets(plan, machine.make_runner, machine.clock)
+    assert full.samples.shape == (2, 60)
+    machine = CreationOrderMachine(2, bias=0.0)
+    cut = bench.time_sets(plan, machine.make_runner, machine.clock, budget=50.0)
+    assert cut.samples.shape == (2, 20) and list(cut.blocks) == [0] * 10 + [1] * 10
+    assert cut.created.shape == (2, 2) and len(machine.ran) == 2 * 22
+    machine = CreationOrderMachine(2, bias=0.0)
+    first_only = bench.time_sets(plan, machine.make_runner, machine.clock, budget=1e-9)
+    assert first_only.samples.shape == (2, 10)
+
+
+def test_progress_line_estimates_the_whole_run_and_shows_the_budget() -> None:
+    assert bench.progress_text("cpu/disable", 50, 200, 1.0, later=1) == (
+        "cpu/disable: run 50/200, 1.000 s elapsed, about 3.000 s left here, "
+        "about 7.000 s in all (1 more level/provider)"
+    )
+    assert bench.progress_text("cpu/all", 50, 200, 1.0, budget=2.0) == (
+        "cpu/all: run 50/200, 1.000 s elapsed, about 1.000 s left; budget 2.000 s each"
+    )
+
+
+def test_bench_time_budget_through_the_cli(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(norm_model(LayerNormSpec()), model)
+    args = ["bench", str(model), str(model), "--runs", "60", "--warmup", "1", "--threads", "1"]
+    assert main([*args, "--time-budget", "1e-6", "--report", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [timing["runs"] for timing in data["timings"]] == [10, 10]
+    assert [timing["sessions"] for timing in data["timings"]] == [1, 1]
+    assert data["notes"][-1] == (
+        "cpu/all: --time-budget stopped timing after 1 of 6 session set(s), 10 of 60 runs"
+    )
+    assert main([*args, "--time-budget", "0"]) == 2
+    assert "--time-budget must be more than 0" in capsys.readouterr().err
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(model), "-o", str(out), "--time-budget", "5"]) == 2
+    assert "--time-budget: timing options need --bench" in capsys.readouterr().err

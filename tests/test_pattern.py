@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 from normfuse.constants import ConstantReader, reduce_axes
 from normfuse.pattern import AnyOf, Const, Op, Var, match
 
-READER = ConstantReader(None)
+READER = ConstantReader(None, opset=17)  # the toy graphs' opset
 FLOAT = onnx.TensorProto.FLOAT
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import ScriptedClock
 
 from models.builders import LayerNormSpec, norm_model
 from normfuse import bench, tune
@@ -21,26 +21,6 @@ CONFIGS = [
     tune.SessionConfig("basic"),
     tune.SessionConfig("all", ("SkipLayerNormFusion",)),
 ]
-
-
-class ScriptedClock:
-    """A clock read twice per timed run; a run of model m takes durations[m] (+ jitter). Rounds
-    rotate: in round r, position p runs model (p + r) % n, as `normfuse.bench` does."""
-
-    def __init__(self, durations: list[float], jitter: float = 0.01, seed: int = 0) -> None:
-        self.durations = durations
-        self.rng = np.random.default_rng(seed)
-        self.jitter = jitter
-        self.now = 0.0
-        self.calls = 0
-
-    def __call__(self) -> float:
-        if self.calls % 2 == 1:
-            run, count = self.calls // 2, len(self.durations)
-            model = (run % count + run // count) % count
-            self.now += self.durations[model] * (1 + self.jitter * self.rng.standard_normal())
-        self.calls += 1
-        return self.now
 
 
 def run_tune(monkeypatch: pytest.MonkeyPatch, durations: list[float]) -> tune.TuneReport:
@@ -128,7 +108,7 @@ def test_optimize_tune_for_prints_a_session_hint(tmp_path: Path, monkeypatch, ca
 
 
 def test_within_one_percent_of_the_default_is_not_a_recommendation(monkeypatch) -> None:
-    """The README reads ratios within 1% as equal: an interval reaching above 0.99 is no win,
+    """The bench docs read ratios within 1% as equal: an interval reaching above 0.99 is no win,
     even when it lies below 1 (what the old rule recommended)."""
     report = run_tune(monkeypatch, [1.0, 1.0, 1.0, 0.989])
     result = report.results[0]

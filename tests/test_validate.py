@@ -324,3 +324,68 @@ def test_table_names_a_site_that_could_not_be_run_alone() -> None:
     table = report.table()
     assert "site 'y' (layer-norm) on cpu: rolled back: the site could not be run alone: X" in table
     assert "sites checked alone: 0 of 1" in table
+
+
+def test_validate_table_shows_the_tolerance_and_each_models_float64_error(
+    tmp_path: Path, capsys
+) -> None:
+    """Through the CLI: the tolerance each output was held to, and both models' distance from the
+    float64 run of the original, computed here independently."""
+    original, result = fused_pair()
+    paths = {name: tmp_path / f"{name}.onnx" for name in ("original", "fused")}
+    onnx.save(original, paths["original"])
+    onnx.save(result.model, paths["fused"])
+    assert main(["validate", str(paths["original"]), str(paths["fused"])]) == 0
+    table = capsys.readouterr().out
+    header, *rows = table.splitlines()
+    assert header.split()[7:10] == ["atol/rtol", "orig-f64", "cand-f64"]
+    report = normfuse.validate(original, result.model)
+    disable = next(run for run in report.runs if run.level == "disable").outputs[0]
+    feeds, _ = make_inputs(original, {}, 0)
+    wide = normfuse.subgraph.as_float64(original)
+    wide_feeds = {name: value.astype(np.float64) for name, value in feeds.items()}
+    reference = ort.InferenceSession(wide.SerializeToString()).run(None, wide_feeds)[0]
+    expected = ort.InferenceSession(original.SerializeToString()).run(None, feeds)[0]
+    assert disable.reference_error_original == pytest.approx(np.abs(expected - reference).max())
+    cells = rows[0].split()
+    assert cells[:3] == ["cpu", "disable", disable.output]
+    assert cells[5] == "1e-4/1e-4"
+    assert float(cells[6]) == pytest.approx(disable.reference_error_original, rel=1e-2)
+    assert float(cells[7]) == pytest.approx(disable.reference_error_candidate, rel=1e-2)
+    assert "an element passes when |cand - orig| <= atol + rtol * |orig|" in table
+
+
+def comparison(name: str, original_error: float | None, candidate_error: float | None):
+    from normfuse.compare import OutputComparison
+
+    return OutputComparison(
+        name, "float16", 1e-3, 1e-2, 1e-4, 1e-2, 1e-2, True, "", original_error, candidate_error
+    )
+
+
+def test_table_says_when_the_candidate_is_further_from_float64() -> None:
+    from normfuse.validate import RunComparison, ValidationReport
+
+    outputs = (
+        comparison("further", 1.57e-3, 2.29e-3),
+        comparison("closer", 2.0e-3, 1.0e-3),
+        comparison("no_reference", None, None),
+    )
+    table = ValidationReport([RunComparison("cpu", "disable", outputs)]).table()
+    rows = {line.split()[2]: line for line in table.splitlines()[1:4]}
+    assert rows["further"].split()[5:8] == ["0.01/0.01", "0.00157", "0.00229"]
+    assert rows["further"].endswith("  ok, further from float64")
+    assert rows["closer"].endswith("  ok")
+    assert rows["no_reference"].split()[-3:] == ["-", "-", "ok"]
+    assert (
+        "note: the candidate is further from float64 than the original on 1 output run(s); "
+        "worst 'further': 0.00229 vs 0.00157"
+    ) in table
+
+
+def test_table_without_a_worse_candidate_has_no_such_note() -> None:
+    from normfuse.validate import RunComparison, ValidationReport
+
+    outputs = (comparison("y", 2.0e-3, 2.0e-3),)
+    table = ValidationReport([RunComparison("cpu", "all", outputs)]).table()
+    assert "further" not in table

@@ -16,10 +16,12 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import guard, model_io, model_view, rewrite, targets
+from normfuse import guard, model_io, model_view, placement, records, rewrite, rollback, targets
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
+from normfuse.context import Context
 from normfuse.errors import NormfuseError, guard_rewrite
+from normfuse.folding import Opset
 from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
 from normfuse.report import Report
@@ -84,11 +86,18 @@ def optimize(
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
-        chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}))
+        chooser = FormChooser(
+            parse_providers(tune_for)[0], dims=dict(dims or {}), model=view.model
+        )
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
-    def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
+    output_guard = guard.OutputGuard(loaded.model)
+
+    def build(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
         return _optimize(loaded, view, target, passes, excluded, _name(model), chooser)
+
+    def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
+        return rollback.guarded(build, excluded, output_guard)
 
     excluded: dict[str, tuple[str, str]] = {}
     result = rewrite_excluding(excluded)
@@ -143,16 +152,27 @@ def _optimize(
     except ValueError as error:
         raise NormfuseError(str(error)) from None
     original = loaded.model
+    # The raise is judged on the nodes that survive the rewrite: it is assumed, and the rewrite
+    # redone without it when the survivors forbid it (at most once per standard opset).
+    blocked = targets.fixed_blockers(original)
     with guard_rewrite():
-        context, function_contexts = _contexts(view, chosen_target, excluded, chooser)
-        graph = view.import_graph()
-        nodes_before = len(graph.nodes)
-        if view.unsupported is None:
-            result = rewrite.run(graph, chosen_passes, context, function_contexts)
-        else:
-            refused = rewrite.NearMiss("model", "", "unsupported-scope", view.unsupported)
-            result = rewrite.RunResult([], [refused])
-        optimised = _finalise(original, view, graph, result.sites)
+        while True:
+            context, function_contexts = _contexts(
+                view, chosen_target, excluded, chooser, blocked
+            )
+            graph = view.import_graph()
+            nodes_before = len(graph.nodes)
+            if view.unsupported is None:
+                result = rewrite.run(graph, chosen_passes, context, function_contexts)
+            else:
+                refused = records.NearMiss("model", "", "unsupported-scope", view.unsupported)
+                result = rewrite.RunResult([], [refused])
+            optimised, blocker = _finalise(original, view, graph, result.sites)
+            if blocker is None:
+                break
+            if blocker[0] in blocked:  # a site asked for an opset it was told is blocked
+                raise NormfuseError(f"internal error: opset {blocker[0]} asked for again")
+            blocked = {**blocked, blocker[0]: blocker[1]}
     report = Report(
         __version__,
         name,
@@ -175,24 +195,29 @@ def _contexts(
     target: Target,
     excluded: dict[str, tuple[str, str]],
     chooser: FormChooser | None,
-) -> tuple[rewrite.Context, dict[tuple[str, str], rewrite.Context]]:
+    blocked: dict[int, str],
+) -> tuple[Context, dict[tuple[str, str], Context]]:
     """The context for the main graph, and one per model-local function (its own types and
-    opset). One constant reader serves the whole rewrite (its folds are memoised)."""
+    opset), raising the opset to none of `blocked`. One constant reader serves each scope (its
+    folds are memoised; a function's reads its body at the function's opset)."""
     original = view.model
-    context = rewrite.Context(
-        ConstantReader(view.base_dir),
+    model_opset = targets.default_opset(original) or None
+    context = Context(
+        ConstantReader(view.base_dir, opset=model_opset),
         view.types,
         target,
-        targets.emissions(original, target),
+        targets.emissions(original, target, blocked),
         dict(excluded),
         chooser,
         view.facts.conflicts,
+        dict(blocked),
     )
     function_contexts = {
         (function.domain, function.name): dataclasses.replace(
             context,
+            reader=ConstantReader(view.base_dir, opset=_function_opset(function, model_opset)),
             types=view.function_types[(function.domain, function.name)],
-            emissions=targets.function_emissions(function, original, target),
+            emissions=targets.function_emissions(function, original, target, blocked),
             conflicts=frozenset(),
         )
         for function in original.functions
@@ -200,25 +225,39 @@ def _contexts(
     return context, function_contexts
 
 
+def _function_opset(function: onnx.FunctionProto, model_opset: int | None) -> Opset:
+    """The default-domain opset a function body is read at: its own import, and the model's
+    where that differs (ONNX Runtime inlines the body at the model's opset, the spec reads it at
+    the function's: a node is folded or matched only where both mean the same)."""
+    own = next((e.version for e in function.opset_import if e.domain in ("", "ai.onnx")), None)
+    if own is None or model_opset is None or own == model_opset:
+        return own or model_opset
+    return (own, model_opset)
+
+
 def _finalise(
     original: onnx.ModelProto,
     view: model_view.ModelView,
     graph: gs.Graph,
-    sites: list[rewrite.Site],
-) -> onnx.ModelProto:
+    sites: list[records.Site],
+) -> tuple[onnx.ModelProto | None, tuple[int, str] | None]:
     """The rewritten model (the original itself, copied, when nothing was fused), with the opset
-    and domains its new nodes need, proved by the output guard before anyone writes it."""
+    and domains its new nodes need (the output guard then proves it: `rollback.guarded`); or,
+    when the nodes that survive forbid the opset the sites need, None and (that opset, why)."""
     if not sites:
-        return _copy(original)
+        return _copy(original), None
     optimised = _export(original, view, graph)
     opset_needed = max(site.opset for site in sites)
     if opset_needed > targets.default_opset(original):
-        targets.set_default_opset(optimised, opset_needed)
+        fused_ops = frozenset(site.op for site in sites if site.domain in ("", "ai.onnx"))
+        blockers = targets.raise_blockers(optimised, opset_needed, fused_ops)
+        if blockers:
+            return None, (opset_needed, "; ".join(blockers[:3]))
+        targets.raise_opset(optimised, opset_needed, fused_ops)
     for domain in sorted({site.domain for site in sites} - {"ai.onnx"}):
         version = targets.default_opset(optimised) if domain == "" else 1
         targets.import_domain(optimised, domain, version)
-    guard.check_output(original, optimised, any(site.ort_only for site in sites))
-    return optimised
+    return optimised, None
 
 
 def validate(
@@ -293,13 +332,14 @@ def _export(
     original: onnx.ModelProto, view: model_view.ModelView, graph: gs.Graph
 ) -> onnx.ModelProto:
     """The original model with its graph and local functions replaced; model-level fields, graph
-    I/O and overridable initializers (defaults of graph inputs) kept."""
+    I/O, overridable initializers (defaults of graph inputs) and every initializer's scope kept."""
     model_view.detach_from_caller(graph)
     try:
         exported_model = gs.export_onnx(graph, do_type_check=False)
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
         raise NormfuseError(f"cannot write the rewritten graph: {error}") from None
     exported = exported_model.graph
+    placement.restore_placement(view.model.graph, exported)
     optimised = _copy_without_graph(original)
     optimised.graph.CopyFrom(exported)
     if original.functions:

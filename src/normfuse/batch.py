@@ -101,14 +101,19 @@ def combined_record(outcomes: list[Outcome], version: str) -> dict:
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
-    """One row per model: status, fused sites per kind, node counts, and where it went."""
-    header = ["model", "status", "sites", "nodes", "output"]
+    """One row per model: status, fused sites per kind, near-misses, validation, node counts, and
+    where it went; then each model's error (notes are in the JSON record)."""
+    header = ["model", "status", "sites", "near-misses", "validation", "nodes", "output"]
     rows = []
     for outcome in outcomes:
         report = outcome.report
+        misses, validation = "-", "-"
         if report is None:
             sites, nodes = "-", "-"
         else:
+            misses = str(len(report.near_misses))
+            if report.validation is not None:
+                validation = "passed" if report.validation.passed else "FAILED"
             counts = {
                 kind: n for kind, n in report.counts().items() if not kind.startswith("nodes")
             }
@@ -116,15 +121,22 @@ def summary_table(outcomes: list[Outcome]) -> str:
             nodes = f"{report.nodes_before} -> {report.nodes_after}"
         written = str(outcome.output) if outcome.status == 0 and outcome.output else "not written"
         status = STATUS_WORDS[outcome.status]
-        rows.append([str(outcome.model), status, sites, nodes, written])
+        rows.append([str(outcome.model), status, sites, misses, validation, nodes, written])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
-    lines += [f"{outcome.model}: {outcome.error}" for outcome in outcomes if outcome.error]
+    lines += [_error_line(outcome) for outcome in outcomes if outcome.error]
+
     totals = {word: sum(o.status == code for o in outcomes) for code, word in STATUS_WORDS.items()}
     lines.append(
         f"{len(outcomes)} model(s): " + ", ".join(f"{n} {word}" for word, n in totals.items() if n)
     )
     return "\n".join(lines)
+
+
+def _error_line(outcome: Outcome) -> str:
+    """The model's error, naming the model once (most errors already start with its path)."""
+    error, name = outcome.error or "", str(outcome.model)
+    return error if error.startswith(f"{name}:") else f"{name}: {error}"

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from normfuse import sessions
+from normfuse import openvino_runtime, sessions
 from normfuse.errors import NormfuseError
 from normfuse.inputs import graph_inputs, make_inputs
 
@@ -48,6 +48,8 @@ BOOTSTRAP_RESAMPLES = 2000
 MIN_RUNS_PER_SET = 10
 # Two identical models timed side by side differ by up to about 1%: read ratios within it as equal.
 EQUAL_WITHIN = 0.01
+# The words for a ratio's 95% interval against the band 1 ± EQUAL_WITHIN (see `verdict`).
+FASTER, SLOWER, SAME, INCONCLUSIVE = "faster", "slower", "same", "inconclusive (more runs)"
 # Fewest runs for a percentile to rest on at least ten samples beyond it (p90) or one (p99).
 PERCENTILE_MIN_RUNS = {"p90": 10, "p99": 100}
 
@@ -80,6 +82,9 @@ class BenchOptions:
     progress: bool = False
     clock: Callable[[], float] = time.perf_counter
     sessions: int = 6  # session sets (fresh sessions for every model); at most `runs`
+    # Seconds for the whole run (every provider and level): once the next session set would
+    # pass its share, timing stops after the sets done (the first always runs). None: no limit.
+    time_budget: float | None = None
 
 
 @dataclass
@@ -114,8 +119,8 @@ class Timing:
         }
 
     def verdict(self) -> str:
-        """`faster` / `slower` when the ratio's whole interval lies beyond 1% of 1, else ``."""
-        return verdict(self.ratio_interval)
+        """The interval's word (`verdict`); `` for the reference, which the others are timed to."""
+        return "" if self.reference else verdict(self.ratio_interval)
 
     def as_dict(self) -> dict:
         """The JSON form (latencies in milliseconds)."""
@@ -127,6 +132,7 @@ class Timing:
             "session_seconds": self.session_seconds,
             "ratio_to_first": self.ratio,
             "ratio_interval_95": list(self.ratio_interval),
+            "verdict": self.verdict() or None,  # None for the reference
             "norm_ops_after_ort": self.norm_ops_after_ort,
             "runs": int(self.samples.size),
             "sessions": session_sets(self.blocks),
@@ -149,9 +155,9 @@ class BenchReport:
             "notes": list(self.notes),
         }
 
-    def table(self) -> str:
+    def table(self, first_column: str = "model") -> str:
         """One row per model, provider and level: distinct names, times with their units, and only
-        the percentiles the number of runs supports."""
+        the percentiles the number of runs supports; `first_column` heads the names."""
         names, folder = display_names([t.model for t in self.timings], run_keys(self.timings))
         runs = min((t.samples.size for t in self.timings), default=0)
         shown = [name for name, least in PERCENTILE_MIN_RUNS.items() if runs >= least]
@@ -174,7 +180,7 @@ class BenchReport:
                 ]
             )
         header = [
-            "model",
+            first_column,
             "prov",
             "level",
             *columns,
@@ -199,8 +205,7 @@ class BenchReport:
         sets = max((session_sets(t.blocks) for t in self.timings), default=1)
         lines.append(
             "ratio: median / first model's median; the interval resamples the "
-            f"{sets} session set(s) and their rounds; an interval containing 1 is noise, and "
-            f"ratios within {EQUAL_WITHIN:.0%} of 1 read as equal"
+            f"{sets} session set(s) and their rounds; {LABEL_LEGEND}"
         )
         hidden = [name for name in PERCENTILE_MIN_RUNS if name not in shown]
         if hidden:
@@ -217,15 +222,25 @@ def session_sets(blocks: np.ndarray | None) -> int:
     return 1 if blocks is None or blocks.size == 0 else int(np.unique(blocks).size)
 
 
+LABEL_LEGEND = (
+    f"faster / slower: the whole interval lies beyond 1 ± {EQUAL_WITHIN:.0%}; same: it lies "
+    f"inside; inconclusive: it crosses {1 - EQUAL_WITHIN:g} or {1 + EQUAL_WITHIN:g} (time more "
+    "runs)"
+)
+
+
 def verdict(interval: tuple[float, float]) -> str:
-    """`faster` when the whole interval lies below 1 - EQUAL_WITHIN, `slower` when above
-    1 + EQUAL_WITHIN, else `` (equal, or noise)."""
+    """What a ratio's 95% interval says against the band 1 ± EQUAL_WITHIN: `faster` when it lies
+    wholly below the band, `slower` wholly above, `same` wholly inside, and `inconclusive (more
+    runs)` when it crosses an edge of the band (the data cannot tell which side it is on)."""
     low, high = interval
     if high < 1.0 - EQUAL_WITHIN:
-        return "faster"
+        return FASTER
     if low > 1.0 + EQUAL_WITHIN:
-        return "slower"
-    return ""
+        return SLOWER
+    if low >= 1.0 - EQUAL_WITHIN and high <= 1.0 + EQUAL_WITHIN:
+        return SAME
+    return INCONCLUSIVE
 
 
 def format_seconds(seconds: float) -> str:
@@ -290,9 +305,16 @@ def run_with_feeds(
     threading = threading or configure_threads(options.threads)
     notes = [*threading.notes, *(notes or [])]
     timings = []
-    for provider in options.providers:
-        for level in options.levels:
-            timings.extend(_time_group(models, provider, level, feeds, options))
+    groups = [
+        (provider, level)
+        for provider in options.providers
+        for level in sessions.levels_for(provider, options.levels)
+    ]
+    for number, (provider, level) in enumerate(groups):
+        later = len(groups) - number - 1
+        group, note = _time_group(models, provider, level, feeds, options, later, len(groups))
+        timings.extend(group)
+        notes.extend([note] if note else [])
     return BenchReport(timings, threading.label, notes)
 
 
@@ -323,7 +345,9 @@ def _session(
     level: str,
     options: BenchOptions,
     save_to: Path | None = None,
-) -> ort.InferenceSession:
+) -> ort.InferenceSession | openvino_runtime.Session:
+    if provider == openvino_runtime.NAME:
+        return openvino_runtime.create(model.model, model.base_dir, options.threads)
     so = ort.SessionOptions()
     so.graph_optimization_level = sessions.LEVELS[model.level or level]
     so.log_severity_level = 4  # errors come back as exceptions; none printed
@@ -384,16 +408,24 @@ def time_sets(
     make_runner: Callable[[int], Callable[[], None]],
     clock: Callable[[], float],
     progress: Progress | None = None,
+    budget: float | None = None,
 ) -> Measured:
     """Run `plan`: in each set, create every model's runner (`make_runner(index)`) in the set's
     order, warm up, time the rounds, and release the runners before the next set. Rounds rotate
-    (in round r, counting every round of every set, position p runs model (p + r) % count)."""
+    (in round r, counting every round of every set, position p runs model (p + r) % count).
+    With a `budget` (in `clock` units), a set starts only when the sets so far, plus one more at
+    their mean duration, fit in it; the first set always runs."""
     count = len(plan[0].creation)
     total = sum(item.runs for item in plan)
     samples, blocks = np.zeros((count, total)), np.zeros(total, dtype=int)
     created = np.zeros((count, len(plan)))
     column = round_index = 0
+    begin = clock() if budget is not None else 0.0
     for number, item in enumerate(plan):
+        if budget is not None and number:
+            spent = clock() - begin
+            if spent + spent / number > budget:
+                return Measured(samples[:, :column], blocks[:column], created[:, :number])
         runners: dict[int, Callable[[], None]] = {}
         for index in item.creation:
             start = time.perf_counter()
@@ -420,17 +452,35 @@ def time_sets(
 
 
 def _time_group(
-    models: list[BenchModel], provider: str, level: str, feeds: dict, options: BenchOptions
-) -> list[Timing]:
+    models: list[BenchModel],
+    provider: str,
+    level: str,
+    feeds: dict,
+    options: BenchOptions,
+    later: int = 0,
+    groups: int = 1,
+) -> tuple[list[Timing], str]:
+    """Time every model at one provider and level, and a note when the budget cut it short;
+    `later`: how many such groups follow (for the progress line's estimate), `groups`: how many
+    in all (each gets an equal share of a budget)."""
     ort_ops = [norm_ops_after_ort(model, provider, level, options) for model in models]
     plan = schedule(len(models), options.runs, options.warmup, options.sessions, options.seed)
 
     def make_runner(index: int) -> Callable[[], None]:
         return _runner(_session(models[index], provider, level, options), provider, feeds)
 
-    progress = Progress(f"{provider}/{level}", options.runs, options.progress)
-    measured = time_sets(plan, make_runner, options.clock, progress)
+    share = None if options.time_budget is None else options.time_budget / groups
+    label = f"{provider}/{level}"
+    progress = Progress(label, options.runs, options.progress, later, share)
+    measured = time_sets(plan, make_runner, options.clock, progress, share)
     progress.close()
+    runs = measured.samples.shape[1]
+    note = ""
+    if runs < options.runs:
+        note = (
+            f"{label}: --time-budget stopped timing after {session_sets(measured.blocks)} of "
+            f"{len(plan)} session set(s), {runs} of {options.runs} runs"
+        )
     timings = []
     for index, model in enumerate(models):
         ratio, interval = ratio_with_interval(
@@ -450,15 +500,23 @@ def _time_group(
                 blocks=measured.blocks,
             )
         )
-    return timings
+    return timings, note
 
 
 class Progress:
     """One stderr line, rewritten in place: warm-up rounds, then measured rounds with the time
     elapsed since measuring began and an estimate of the time left."""
 
-    def __init__(self, label: str, runs: int, enabled: bool) -> None:
+    def __init__(
+        self,
+        label: str,
+        runs: int,
+        enabled: bool,
+        later: int = 0,
+        budget: float | None = None,
+    ) -> None:
         self.label, self.runs, self.enabled = label, runs, enabled
+        self.later, self.budget = later, budget
         self.started: float | None = None
         self.shown = 0.0
         self.width = 0
@@ -476,7 +534,9 @@ class Progress:
             text = progress_text(self.label, done, self.runs, 0.0, warmup)
         else:
             elapsed = now - (self.started if self.started is not None else now)
-            text = progress_text(self.label, done, self.runs, elapsed)
+            text = progress_text(
+                self.label, done, self.runs, elapsed, later=self.later, budget=self.budget
+            )
         self.width = max(self.width, len(text))
         print("\r" + text.ljust(self.width), end="", file=sys.stderr, flush=True)
 
@@ -487,16 +547,32 @@ class Progress:
 
 
 def progress_text(
-    label: str, done: int, runs: int, elapsed: float, warmup: tuple[int, int] | None = None
+    label: str,
+    done: int,
+    runs: int,
+    elapsed: float,
+    warmup: tuple[int, int] | None = None,
+    later: int = 0,
+    budget: float | None = None,
 ) -> str:
-    """`cpu/all: warm-up 3/20` or `cpu/all: run 50/200, 1.2 s elapsed, about 3.6 s left`."""
+    """`cpu/all: warm-up 3/20` or `cpu/all: run 50/200, 1.2 s elapsed, about 3.6 s left`, then,
+    when `later` provider/level groups follow, the estimate for all of them (each taking as long
+    as this one), and the budget per group when one is set."""
     if warmup is not None:
         return f"{label}: warm-up {warmup[0]}/{warmup[1]}"
     left = elapsed / done * (runs - done) if done else 0.0
-    return (
+    if budget is not None:
+        left = min(left, max(budget - elapsed, 0.0))
+    text = (
         f"{label}: run {done}/{runs}, {format_seconds(elapsed)} elapsed, "
         f"about {format_seconds(left)} left"
     )
+    if later:
+        total = left + later * (elapsed + left)
+        text += f" here, about {format_seconds(total)} in all ({later} more level/provider)"
+    if budget is not None:
+        text += f"; budget {format_seconds(budget)} each"
+    return text
 
 
 def _runner(session: ort.InferenceSession, provider: str, feeds: dict):
@@ -553,7 +629,10 @@ def bootstrap_picks(blocks: np.ndarray, seed: int = 0) -> np.ndarray:
 
 
 def norm_ops_after_ort(model: BenchModel, provider: str, level: str, options: BenchOptions) -> dict:
-    """Normalisation ops in the graph ORT's session optimiser saves at `level` (what ORT fused)."""
+    """Normalisation ops in the graph ORT's session optimiser saves at `level` (what ORT fused);
+    on OpenVINO, its own normalisation operations in the compiled graph."""
+    if provider == openvino_runtime.NAME:
+        return _session(model, provider, level, options).norm_ops()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "optimized.onnx"
         save_optimized(model, provider, options, path, level)

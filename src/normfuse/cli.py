@@ -26,17 +26,20 @@ import normfuse
 from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
-from normfuse.errors import NormfuseError, debugging
-from normfuse.inputs import graph_inputs, parse_dims
+from normfuse.errors import NormfuseError, debugging, printable, runtime_message
+from normfuse.inputs import input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
+from normfuse.report import fused_norm_nodes
 from normfuse.sessions import parse_providers
+from normfuse.shapes import tensor_types
 from normfuse.tune import tune
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
+MAX_TIME_BUDGET = 86_400.0  # seconds: a day
 COMMANDS = ("optimize", "inspect", "validate", "bench", "tune")
 _ORT_ERRORS = tuple(
     getattr(ort_state, name)
@@ -64,14 +67,24 @@ EXAMPLES = {
     "bench": ["normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png"],
     "tune": ["normfuse tune fused.onnx --dims sequence=128"],
 }
-TIMING_OPTIONS = ("warmup", "runs", "threads", "sessions", "level", "plot", "quiet")
+TIMING_OPTIONS = (
+    "warmup",
+    "runs",
+    "threads",
+    "sessions",
+    "time_budget",
+    "level",
+    "plot",
+    "quiet",
+)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse with usage errors as one line (exit 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"normfuse: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        text = printable(f"{message} (see {self.prog} --help)")
+        print(f"normfuse: error: {text}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -186,6 +199,9 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
 def _add_inspect(sub: argparse.ArgumentParser) -> None:
     _add_model_options(sub)
     sub.add_argument("--json", action="store_true", help="print the report as JSON (= --report -)")
+    sub.add_argument(
+        "--verbose", action="store_true", help="list the nodes each site replaces (JSON has them)"
+    )
     _add_report_option(sub, "the report")
     sub.add_argument(
         "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
@@ -219,7 +235,9 @@ def _add_tune(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_input_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--providers", default="cpu", help="cpu, cuda or cpu,cuda (default cpu)")
+    sub.add_argument(
+        "--providers", default="cpu", help="cpu, cuda, openvino or a list like cpu,openvino"
+    )
     sub.add_argument(
         "--dims",
         action="append",
@@ -249,6 +267,13 @@ def _add_bench_options(
         type=int,
         help="fresh sessions per model, runs split over them (default 6; one per 10 runs at most)",
     )
+    sub.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop timing after the session set that would overrun SECONDS (all levels together;"
+        " the first set always runs)",
+    )
     if levels:
         sub.add_argument(
             "--level",
@@ -263,7 +288,11 @@ def _add_bench_options(
         sub.add_argument(
             "--plot", type=Path, metavar="FILE.png", help="ratio-to-first chart (needs matplotlib)"
         )
-    sub.add_argument("--quiet", action="store_true", help="no progress display")
+    sub.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress display (timing progress; optimize: also a batch's per-model lines)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         except outputs.Terminated:
             return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
         except _ORT_ERRORS as error:  # the model cannot run on these inputs (dims, dtypes)
-            text = " ".join(str(error).split())[:300]
-            return _fail(f"ONNX Runtime failed ({text}); check --dims and --inputs", EXIT_USAGE)
+            hint = _input_hint(args)
+            return _fail(f"ONNX Runtime failed ({runtime_message(error)}); {hint}", EXIT_USAGE)
         except OSError as error:  # standard output closed or full, a broken pipe
             where = error.filename or "cannot write output"
             return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)
@@ -327,6 +356,16 @@ def _run(args: argparse.Namespace) -> int:
     return _inspect(args)
 
 
+def _input_hint(args: argparse.Namespace) -> str:
+    """`inputs.input_hint` for the --dims and --inputs this command was given."""
+    try:
+        dims = parse_dims(getattr(args, "dims", None))
+    except NormfuseError:
+        dims = {}
+    npz = getattr(args, "inputs", None)
+    return input_hint(dims, None if npz is None else str(npz))
+
+
 def _fail(message: str, code: int) -> int:
     """Print `normfuse: error: message` and return `code`; standard output, if it failed, is
     pointed at /dev/null so that the interpreter's exit flush stays silent."""
@@ -335,7 +374,7 @@ def _fail(message: str, code: int) -> int:
     except (OSError, ValueError, AttributeError):
         _silence_stdout()
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(f"normfuse: error: {message}", file=sys.stderr)
+        print(f"normfuse: error: {printable(message)}", file=sys.stderr)
     return code
 
 
@@ -434,7 +473,7 @@ def _optimize(args: argparse.Namespace) -> int:
             _stage_text(plan, args.report, report_path, text)
             _commit(plan)
             if outcome.status == EXIT_OK:
-                print(f"wrote {planned[0]}", file=stream)
+                print(printable(f"wrote {planned[0]}"), file=stream)
             return outcome.status
         dims = parse_dims(args.dims)
         outcomes = []
@@ -442,8 +481,8 @@ def _optimize(args: argparse.Namespace) -> int:
             if isinstance(item, NormfuseError):
                 outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(item)))
                 continue
-            if stream is sys.stdout:  # progress, kept off stdout's table
-                print(f"{model} ...", file=sys.stderr)
+            if stream is sys.stdout and not args.quiet:  # progress, kept off stdout's table
+                print(printable(f"{model} ..."), file=sys.stderr)
             own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
             try:
                 outcomes.append(_optimize_one(own, model, item, destination, plan, None, None))
@@ -460,24 +499,25 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
     if args.output is not None and str(args.output) == STDOUT:
         raise NormfuseError("-o -: a model is not written to stdout; give a file or a folder")
     given = [name for name in TIMING_OPTIONS if getattr(args, name, None) not in (None, False)]
-    allowed = set(TIMING_OPTIONS) if args.bench else set()
+    allowed = set(TIMING_OPTIONS) if args.bench else {"quiet"}
     if args.tune_for:
         allowed |= {"warmup", "runs", "threads", "quiet"}
     refused = [name for name in given if name not in allowed]
     if refused:
-        names = ", ".join(f"--{name}" for name in refused)
+        names = ", ".join(f"--{name.replace('_', '-')}" for name in refused)
         raise NormfuseError(f"{names}: timing options need --bench")
     if args.plot is not None and batch.is_batch(args.models):
         raise NormfuseError("--plot draws one model's timings; give one model")
 
 
 def check_dims_across(models: list[Path], dims: dict[str, int]) -> None:
-    """Refuse `--dims` names that no model of a batch has (each model gets the ones it has)."""
+    """Refuse `--dims` names that no model of a batch has, where some model has symbolic dims
+    (each model gets the ones it has; one with none gets all, and a note)."""
     known: set[str] = set()
     for model in models:
         known |= _symbolic_dims(model)
     unknown = sorted(set(dims) - known)
-    if unknown:
+    if unknown and known:
         raise NormfuseError(
             f"--dims {', '.join(unknown)}: no input of any model has such a dimension; "
             f"their symbolic dims are: {', '.join(sorted(known)) or '(none)'}"
@@ -489,18 +529,14 @@ def _symbolic_dims(path: Path) -> set[str]:
         model = normfuse.model_io.load(path).model
     except NormfuseError:
         return set()  # reported when the model itself is processed
-    return {
-        dim.dim_param
-        for info in graph_inputs(model)
-        for dim in info.type.tensor_type.shape.dim
-        if dim.dim_param and not dim.HasField("dim_value")
-    }
+    return symbolic_dims(model)
 
 
 def _own_dims(dims: dict[str, int], model: Path) -> list[str]:
-    """The `--dims` items a model of a batch has."""
+    """The `--dims` items a model of a batch has; all of them for a model without symbolic dims
+    (which notes that it ignores them)."""
     own = _symbolic_dims(model)
-    return [f"{name}={size}" for name, size in dims.items() if name in own]
+    return [f"{name}={size}" for name, size in dims.items() if name in own or not own]
 
 
 class _Discard:
@@ -585,7 +621,8 @@ def _optimize_one(
     report.input = str(model_path)
     if report.validation is not None and not report.validation.passed:
         say(report.table())
-        print(f"normfuse: validation failed; {destination} not written", file=sys.stderr)
+        message = printable(f"validation failed; {destination} not written")
+        print(f"normfuse: {message}", file=sys.stderr)
         return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
     extra, later = {}, []
     if args.bench:
@@ -595,6 +632,8 @@ def _optimize_one(
         ]
         timings = run_bench(models, _bench_options(args))
         extra["bench"] = timings.as_dict()
+        said = {*report.notes, *(report.validation.notes if report.validation else [])}
+        timings.notes = [note for note in timings.notes if note not in said]  # each note once
         later.append(timings.table())
         if plot_path is not None:
             plot_ratios(timings, plan.temp_path(plot_path))
@@ -605,7 +644,7 @@ def _optimize_one(
             later.append(hint)
     report.output = str(destination)
     stage_save(plan, result.model, destination, result.base_dir)
-    say(report.table())
+    say(report.table(existing=fused_norm_nodes(loaded.model)))
     for text in later:
         say(text)
     return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)
@@ -649,6 +688,12 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
     sessions = min(6, runs) if args.sessions is None else args.sessions
     if not 1 <= sessions <= runs:
         raise NormfuseError(f"--sessions must be 1 to --runs ({runs}), got {sessions}")
+    budget = getattr(args, "time_budget", None)
+    if budget is not None and not 0 < budget <= MAX_TIME_BUDGET:
+        raise NormfuseError(
+            f"--time-budget must be more than 0 and at most {MAX_TIME_BUDGET:g} seconds, "
+            f"got {budget:g}"
+        )
     return BenchOptions(
         providers=tuple(parse_providers(args.providers)),
         levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
@@ -660,6 +705,7 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
         npz=None if args.inputs is None else str(args.inputs),
         progress=sys.stderr.isatty() and not args.quiet,
         sessions=sessions,
+        time_budget=budget,
     )
 
 
@@ -684,7 +730,7 @@ def _bench(args: argparse.Namespace) -> int:
             plot_ratios(report, plan.temp_path(plot_path))
         _commit(plan)
     if plot_path is not None:
-        print(f"wrote {args.plot}", file=stream)
+        print(printable(f"wrote {args.plot}"), file=stream)
     return EXIT_OK
 
 
@@ -722,7 +768,9 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         report.input = str(args.model)
         if destination != STDOUT:
-            print(report.table(sites=True))
+            types = tensor_types(loaded.model) if report.sites else {}
+            existing = fused_norm_nodes(loaded.model)
+            print(report.table(True, types, args.verbose, existing))
         _stage_text(plan, destination, report_path, report.to_json())
         _commit(plan)
     if args.check and report.sites:

@@ -7,28 +7,28 @@ are read only for tensors of at most `max_elements` elements, so large weights s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
+from normfuse.folding import Opset, fold, resolved_attributes, schema
+
 DEFAULT_MAX_ELEMENTS = 1 << 20
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
-_ARITHMETIC = ("Add", "Sub", "Mul", "Div")
-# Element types the folder computes with exactly as ONNX does (IEEE floats; integers checked for
-# overflow). Everything else (float8 with `saturate`, bfloat16, bool, strings) is not folded.
-_FLOAT_DTYPES = (np.float16, np.float32, np.float64)
-_INT_DTYPES = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
-_FOLDABLE_TYPES = {
-    onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) for dtype in _FLOAT_DTYPES + _INT_DTYPES
-}
+# The ops this reader folds (through `normfuse.folding`, as their opset version specifies): a
+# scale or epsilon written as `Cast(c)` or `1 + w` is a constant; `static_values` folds more.
+_FOLDED = ("Cast", "Add", "Sub", "Mul", "Div")
 
 
 class ConstantReader:
-    """Reads constant tensor values; `base_dir` resolves external-data locations.
+    """Reads constant tensor values of one scope; `base_dir` resolves external-data locations,
+    `opset` is the scope's default-domain opset (the main graph's; a function's own, with its
+    model's where they differ: a node is read only where it means the same at both), which
+    decides what each folded op means (None: unknown, nothing is folded).
 
     A tensor is a constant only if it is an initializer that no caller can override (those are
     imported as graph inputs, not as constants), a `Constant` node without attribute references,
@@ -36,8 +36,14 @@ class ConstantReader:
     a deep graph cost once (one reader serves one rewrite).
     """
 
-    def __init__(self, base_dir: Path | None, max_elements: int = DEFAULT_MAX_ELEMENTS) -> None:
+    def __init__(
+        self,
+        base_dir: Path | None,
+        max_elements: int = DEFAULT_MAX_ELEMENTS,
+        opset: Opset = None,
+    ) -> None:
         self.base_dir = base_dir
+        self.opset = opset
         self.max_elements = max_elements
         self._values: dict[int, tuple[gs.Tensor, np.ndarray | None]] = {}
         self._constant: dict[int, tuple[gs.Tensor, bool]] = {}
@@ -66,7 +72,7 @@ class ConstantReader:
             return False
         if node.op == "Constant":
             return not any(isinstance(v, gs.Node.AttributeRef) for v in node.attrs.values())
-        if node.op in ("Cast", *_ARITHMETIC):
+        if node.op in _FOLDED:
             return all(self.is_constant(tensor) for tensor in node.inputs)
         return False
 
@@ -78,58 +84,18 @@ class ConstantReader:
             return None
         if node.op == "Constant":
             return self._from_constant_node(node)
-        if node.op in _ARITHMETIC and len(node.inputs) == 2:
-            return self._fold_arithmetic(node)
-        if node.op == "Cast" and len(node.inputs) == 1:
-            return self._fold_cast(node)
+        if node.op in _FOLDED:
+            return self._fold(node)
         return None
 
-    def _fold_cast(self, node: gs.Node) -> np.ndarray | None:
-        """A Cast between float types, int to float, or int to int without overflow (float to
-        int truncation and out-of-range values are left to the runtime)."""
-        to = node.attrs.get("to")
-        value = self.value(node.inputs[0])
-        if value is None or not isinstance(to, int):
+    def _fold(self, node: gs.Node) -> np.ndarray | None:
+        """`node` (Cast or arithmetic) folded by the one table, at this scope's opset."""
+        if any(isinstance(v, gs.Node.AttributeRef) for v in node.attrs.values()):
             return None
-        if to in _FLOAT8_TYPES or value.dtype in _FLOAT8_DTYPES:
-            return _cast_float8(value, to, node.attrs.get("saturate", 1))
-        if to not in _FOLDABLE_TYPES:
+        inputs = [self.value(tensor) if tensor.name else None for tensor in node.inputs]
+        if any(value is None for value in inputs):
             return None
-        target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))
-        if np.issubdtype(target, np.integer) and (
-            not np.issubdtype(value.dtype, np.integer) or not _fits(value, target)
-        ):
-            return None
-        with np.errstate(all="ignore"):
-            return value.astype(target)
-
-    def _fold_arithmetic(self, node: gs.Node) -> np.ndarray | None:
-        """Add/Sub/Mul/Div of two constants of one type: IEEE arithmetic for floats (inf and NaN
-        as ONNX Runtime computes them); integers exactly, declined on overflow or division by
-        zero, division truncating toward zero."""
-        left, right = (self.value(tensor) for tensor in node.inputs)
-        if left is None or right is None or left.dtype != right.dtype:
-            return None
-        try:
-            shape = np.broadcast_shapes(left.shape, right.shape)
-        except ValueError:
-            return None
-        if int(np.prod(shape, dtype=np.int64)) > self.max_elements:
-            return None
-        if left.dtype.type in _FLOAT_DTYPES:
-            with np.errstate(all="ignore"):
-                return _FLOAT_OPS[node.op](left, right).astype(left.dtype)
-        if left.dtype.type not in _INT_DTYPES:
-            return None
-        a, b = np.broadcast_arrays(left.astype(object), right.astype(object))
-        if node.op == "Div":
-            if np.any(b == 0):
-                return None
-            exact = [_truncating_div(x, y) for x, y in zip(a.flat, b.flat, strict=True)]
-            result = np.array(exact, dtype=object).reshape(shape)
-        else:
-            result = _FLOAT_OPS[node.op](a, b)
-        return result.astype(left.dtype) if _fits(result, left.dtype) else None
+        return fold(node.op, self.opset, node.attrs, inputs, self.max_elements)
 
     def _from_constant(self, constant: gs.Constant) -> np.ndarray | None:
         if int(np.prod(constant.shape, dtype=np.int64)) > self.max_elements:
@@ -178,48 +144,6 @@ class ConstantReader:
         return float(value.reshape(()))
 
 
-_FLOAT8_TYPES = {
-    onnx.TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
-    onnx.TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
-    onnx.TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2,
-    onnx.TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
-}
-_FLOAT8_DTYPES = {np.dtype(dtype) for dtype in _FLOAT8_TYPES.values()}
-
-
-def _cast_float8(value: np.ndarray, to: int, saturate) -> np.ndarray | None:
-    """Cast to or from a float8 type as ONNX defines it: round to nearest even; with `saturate`
-    (the default) out-of-range values and infinities clamp to the largest finite value, without
-    it they become Inf (e5m2) or NaN (types without Inf). Float8 to float is exact."""
-    if value.dtype in _FLOAT8_DTYPES:  # widening: exact
-        target = onnx.helper.tensor_dtype_to_np_dtype(to) if to in _FOLDABLE_TYPES else None
-        if target is None or not np.issubdtype(np.dtype(target), np.floating):
-            return None
-        return value.astype(np.float32).astype(target)
-    if value.dtype.type not in _FLOAT_DTYPES or not isinstance(saturate, int):
-        return None
-    dtype = _FLOAT8_TYPES[to]
-    wide = value.astype(np.float64)
-    if saturate:
-        largest = float(ml_dtypes.finfo(dtype).max)
-        wide = np.where(np.isnan(wide), wide, np.clip(wide, -largest, largest))
-    with np.errstate(all="ignore"):
-        return wide.astype(dtype)
-
-
-_FLOAT_OPS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
-
-
-def _fits(values: np.ndarray, dtype: np.dtype) -> bool:
-    info = np.iinfo(dtype)
-    return all(info.min <= int(v) <= info.max for v in np.asarray(values).flat)
-
-
-def _truncating_div(a: int, b: int) -> int:
-    quotient = abs(a) // abs(b)
-    return quotient if (a >= 0) == (b >= 0) else -quotient
-
-
 def _memoised(table: dict, tensor: gs.Tensor, compute, fallback):
     """`compute(tensor)`, once per tensor (keyed by identity; the tensor is held so its id is
     never reused); `fallback` for an expression deeper than Python's stack (not folded)."""
@@ -260,33 +184,67 @@ def _producer(tensor: gs.Tensor) -> gs.Node | None:
     return tensor.inputs[0]
 
 
-def reduce_axes(node: gs.Node, rank: int | None, reader: ConstantReader) -> tuple[int, ...] | None:
+def reduce_axes(
+    node: gs.Node,
+    rank: int | None,
+    reader: ConstantReader,
+    read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
+) -> tuple[int, ...] | None:
     """The axes a Reduce* node reduces, as sorted negative indices; None when not decidable.
 
-    Axes come from the `axes` attribute (ReduceMean before opset 18) or the second input (opset 18,
-    and ReduceSum from 13). No axes means all axes, unless `noop_with_empty_axes` is set.
+    Axes come from where the op's version at the reader's opset defines them: the `axes`
+    attribute (ReduceMean before opset 18) or the second input (opset 18, ReduceSum from 13),
+    read by `read` (default: the reader's constants). No axes means all axes, unless
+    `noop_with_empty_axes` (where the version defines it) makes the node the identity. An
+    attribute or input the version does not define, or a repeated axis, is not decidable.
     """
-    if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
+    attrs = _attributes(node, reader)
+    axes = written_axes(node, reader, read)
+    if attrs is None or axes is None:
         return None
-    if "axes" in node.attrs:
-        written = node.attrs["axes"]
-        if not isinstance(written, list | tuple) or not all(isinstance(a, int) for a in written):
-            return None  # a malformed attribute (not a list of ints): not decidable
-        axes = list(written)
-    elif len(node.inputs) > 1 and node.inputs[1].name:
-        value = reader.value(node.inputs[1])
-        if value is None or not np.issubdtype(value.dtype, np.integer):
-            return None
-        axes = [int(a) for a in value.reshape(-1)]
-    else:
-        axes = []
     if not axes:
-        if node.attrs.get("noop_with_empty_axes", 0) or rank is None:
+        if attrs.get("noop_with_empty_axes", 0) or rank is None:
             return None
         return tuple(range(-rank, 0))
     if any(a >= 0 for a in axes) and rank is None:
         return None
     normalised = {a - rank if a >= 0 else a for a in axes}
-    if rank is not None and any(a < -rank for a in normalised):
+    if len(normalised) != len(axes) or (rank is not None and any(a < -rank for a in normalised)):
         return None
     return tuple(sorted(normalised))
+
+
+def _attributes(node: gs.Node, reader: ConstantReader) -> dict | None:
+    """`node`'s attributes with the schema's defaults at the reader's opset; None for attribute
+    references or an attribute the version does not define."""
+    if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
+        return None
+    return resolved_attributes(node.op, reader.opset, node.attrs)
+
+
+def written_axes(
+    node: gs.Node,
+    reader: ConstantReader,
+    read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
+) -> list[int] | None:
+    """The axes written on a Reduce*, Squeeze or Unsqueeze node (empty: none given), from the
+    attribute or the second input, whichever its version at the reader's opset defines (`read`
+    reads the input; default: the reader's constants); None when unreadable or written where
+    the version does not look."""
+    attrs = _attributes(node, reader)
+    if attrs is None:
+        return None
+    read = read or reader.value
+    if len(schema(node.op, reader.opset).inputs) == 1:
+        if len(node.inputs) > 1:
+            return None
+        written = attrs.get("axes", [])
+        if not isinstance(written, list | tuple) or not all(isinstance(a, int) for a in written):
+            return None  # a malformed attribute (not a list of ints): not decidable
+        return list(written)
+    if len(node.inputs) < 2 or not node.inputs[1].name:
+        return []
+    value = read(node.inputs[1])
+    if value is None or not np.issubdtype(value.dtype, np.integer):
+        return None
+    return [int(a) for a in value.reshape(-1)]

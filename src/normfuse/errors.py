@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 
 DEBUG_VARIABLE = "NORMFUSE_DEBUG"
@@ -14,11 +15,35 @@ class NormfuseError(Exception):
     """An expected failure caused by the user's input (bad file, bad option)."""
 
 
+def printable(text: str) -> str:
+    """`text` on one line: every character that is not printable (a newline or carriage return
+    in a file name, a terminal escape, a line separator) written as its Python escape."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def first_line(error: BaseException, width: int = 300) -> str:
     """The first line of an exception's message (its type's name when empty), at most `width`
     characters: what a one-line error shows of a library's multi-line message."""
     text = str(error).strip()
-    return text.splitlines()[0][:width] if text else type(error).__name__
+    return shorten(text.splitlines()[0], width) if text else type(error).__name__
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` cut to at most `width` characters at a word boundary, ` ...` marking the cut."""
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", 0, width - 3)
+    return text[: cut if cut > 0 else width - 4] + " ..."
+
+
+def runtime_message(error: BaseException, width: int = 300) -> str:
+    """ONNX Runtime's message on one line, without what precedes its status prefix
+    (`[ONNXRuntimeError] : 1 : FAIL :`), the prefix itself, and the C++ source location it
+    quotes, shortened at a word boundary."""
+    text = " ".join(str(error).split())
+    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", text)
+    text = re.sub(r"/\S+\.(?:h|cc|cpp|cu):\d+ [\w:~]+\([^)]*\) ", "", text)
+    return shorten(text, width) if text else type(error).__name__
 
 
 def debugging() -> bool:

@@ -3,25 +3,30 @@
 For a residual `Add` followed by a norm, the forms are the norm op after the `Add` and ONNX
 Runtime's `Skip*` op doing both; for any fused norm, the fused node and the decomposed subgraph
 it replaced. A site is timed at the shape it has when the model runs with the caller's `dims`
-(graph inputs fixed to those sizes, then shape inference; a dim still unknown is timed as 1). Each
-distinct (family, shape, dtype, bias) is timed once on the target provider, side by side (see
+(graph inputs fixed to those sizes, then shape inference; a dim still unknown is timed at its
+`dims` size, else 1), and the record names both that shape and the model's. Each distinct
+(family, shape, dtype, bias) is timed once on the target provider, side by side (see
 `normfuse.bench`), with ORT's graph optimisations disabled so each form runs as written. A form
 replaces the default only when it is faster beyond noise and by more than 1%
-(`bench.EQUAL_WITHIN`).
+(`bench.EQUAL_WITHIN`). The `Skip*` form must also be no further from a float64 evaluation than
+`Add` + norm on rows with a large offset (`OFFSET_ROWS`: where its one-pass variance loses
+digits), on the same provider: faster and less accurate is refused (`less-accurate`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from normfuse import bench
+from normfuse import bench, sessions
+from normfuse.constants import ConstantReader
 from normfuse.inputs import input_shapes
-from normfuse.rewrite import Site
+from normfuse.records import Site
+from normfuse.same_shape import Deriver, format_shape
 from normfuse.shapes import TensorType, tensor_types
 from normfuse.site_inputs import IsolatedSite
 from normfuse.skeleton import skeleton
@@ -29,6 +34,9 @@ from normfuse.subgraph import extract
 
 FORM_RUNS = 100
 MS_DOMAIN = "com.microsoft"
+# Rows of 1000 + 1e-3 * N(0, 1) (the sum's), where a norm's float order shows most.
+OFFSET_ROWS = (1000.0, 1e-3)
+EPSILON = 1e-5
 
 
 @dataclass(frozen=True)
@@ -43,24 +51,60 @@ class FormChoice:
     ratio: float
     interval: tuple[float, float]
     use_skip: bool
+    # Largest distance to a float64 evaluation on offset rows: (Add + norm, Skip form).
+    errors: tuple[float, float] | None = None
+    model_shape: str = ""
+    provider: str = "cpu"
+
+    def faster(self) -> bool:
+        """Whether the Skip form timed faster beyond noise."""
+        return bench.verdict(self.interval) == "faster"
+
+    def reason(self) -> str:
+        """Why the Skip form was not chosen: slower (or not faster), or less accurate."""
+        return "less-accurate" if self.faster() else "measured-slower"
+
+    def detail(self, skip_op: str, norm_op: str) -> str:
+        """The near-miss text when the Skip form was not chosen."""
+        low, high = self.interval
+        timing = (
+            f"{skip_op} timed at {list(self.shape)} for the model's "
+            f"{self.model_shape or list(self.shape)} on {self.provider}: {self.ratio:.2f}x "
+            f"Add + {norm_op} [{low:.2f}, {high:.2f}]"
+        )
+        if self.reason() == "less-accurate" and self.errors is not None:
+            unfused, skip = self.errors
+            return (
+                f"{timing}, but {skip:.3g} from float64 on offset rows where Add + {norm_op} is "
+                f"{unfused:.3g}; kept Add + {norm_op}"
+            )
+        return f"{timing}; kept Add + {norm_op}"
 
     def as_dict(self) -> dict:
         """The JSON form."""
-        return {
+        record = {
             "family": self.family,
             "shape": list(self.shape),
+            "timed_shape": list(self.shape),
+            "model_shape": self.model_shape or str(list(self.shape)),
             "dtype": self.dtype,
             "add_then_norm_ms": self.unfused_ms,
             "skip_ms": self.skip_ms,
             "skip_ratio": self.ratio,
             "skip_ratio_interval_95": list(self.interval),
             "choice": "skip" if self.use_skip else "add+norm",
-            "summary": (
-                f"{self.family} at {list(self.shape)} {self.dtype}: Skip form {self.ratio:.2f}x "
-                f"Add + norm [{self.interval[0]:.2f}, {self.interval[1]:.2f}] -> "
-                f"{'skip' if self.use_skip else 'add+norm'}"
-            ),
         }
+        accuracy = ""
+        if self.errors is not None:
+            record["offset_rows"] = f"{OFFSET_ROWS[0]:g} + {OFFSET_ROWS[1]:g} * N(0, 1)"
+            record["add_then_norm_error"], record["skip_error"] = self.errors
+            accuracy = f", offset-row error {self.errors[1]:.3g} vs {self.errors[0]:.3g} Add + norm"
+        record["summary"] = (
+            f"{self.family} at {list(self.shape)} (model {record['model_shape']}) {self.dtype}: "
+            f"Skip form {self.ratio:.2f}x Add + norm [{self.interval[0]:.2f}, "
+            f"{self.interval[1]:.2f}]{accuracy} -> {record['choice']}"
+        )
+        return record
 
 
 @dataclass
@@ -73,12 +117,53 @@ class FormChooser:
     decisions: dict[tuple, FormChoice] = field(default_factory=dict)
     fusion_timings: dict[tuple, tuple[float, tuple[float, float]]] = field(default_factory=dict)
     fusion_records: list[dict] = field(default_factory=list)
+    # The model being rewritten: its tensors' shapes with the graph inputs at `dims` sizes.
+    model: onnx.ModelProto | None = None
+    _runtime: dict[str, TensorType] | None = None
 
-    def choose(self, family: str, shape: tuple[int, ...], elem_type: int, bias: bool) -> FormChoice:
-        """Whether the `Skip*` form beats `Add` + norm at this shape (cached per key)."""
-        key = (family, tuple(shape), elem_type, bias)
+    def timed_shape(
+        self, shape: tuple, tensors: tuple = (), reader: ConstantReader | None = None
+    ) -> tuple[int, ...]:
+        """The shape a site of (possibly symbolic) `shape` is timed at: per axis, the size the
+        first of `tensors` (all of that shape) has when the model runs with `dims` (types
+        inferred with the graph inputs at those sizes, then derived as `same_shape.Deriver`
+        does), else the symbol's `dims` size, else 1."""
+        derived = []
+        if self.model is not None and tensors and reader is not None:
+            if self._runtime is None:
+                self._runtime = runtime_types(self.model, self.dims)
+            deriver = Deriver(self._runtime, reader)
+            try:
+                derived = [deriver.dims(tensor) for tensor in tensors]
+            except RecursionError:  # too deep to derive: the fallback below
+                derived = []
+        timed = []
+        for axis, dim in enumerate(shape):
+            sizes = [d[axis] for d in derived if d is not None and len(d) == len(shape)]
+            known = [size for size in sizes if isinstance(size, int)]
+            if known:
+                timed.append(known[0])
+            else:
+                timed.append(dim if isinstance(dim, int) else self.dims.get(str(dim), 1))
+        return tuple(timed)
+
+    def choose(
+        self,
+        family: str,
+        shape: tuple,
+        elem_type: int,
+        bias: bool,
+        tensors: tuple = (),
+        reader: ConstantReader | None = None,
+    ) -> FormChoice:
+        """Whether the `Skip*` form beats `Add` + norm for a site of `shape` (`tensors` have
+        it), timed at its shape for `dims` (`timed_shape`; cached per timed shape)."""
+        timed = self.timed_shape(shape, tensors, reader)
+        key = (family, timed, elem_type, bias)
         if key not in self.decisions:
-            self.decisions[key] = self._measure(family, tuple(shape), elem_type, bias)
+            choice = self._measure(family, timed, elem_type, bias)
+            readable = format_shape(tuple(shape))
+            self.decisions[key] = replace(choice, model_shape=readable, provider=self.provider)
         return self.decisions[key]
 
     def _measure(
@@ -92,17 +177,14 @@ class FormChooser:
             [bench.BenchModel("add+norm", add_then_norm), bench.BenchModel("skip", skip)], options
         )
         base, fused = report.timings
-        low, high = fused.ratio_interval
-        dtype = onnx.TensorProto.DataType.Name(elem_type).lower()
-        return FormChoice(
+        errors = offset_row_errors(family, shape, elem_type, bias, self.provider)
+        return decide(
             family,
             shape,
-            dtype,
-            base.stats_ms()["median"],
-            fused.stats_ms()["median"],
-            fused.ratio,
-            (low, high),
-            use_skip=fused.verdict() == "faster",
+            elem_type,
+            (base.stats_ms()["median"], fused.stats_ms()["median"]),
+            (fused.ratio, fused.ratio_interval),
+            errors,
         )
 
     def records(self) -> list[dict]:
@@ -174,6 +256,57 @@ class FormChooser:
         return timing.ratio, (low, high)
 
 
+def decide(
+    family: str,
+    shape: tuple[int, ...],
+    elem_type: int,
+    medians: tuple[float, float],
+    timing: tuple[float, tuple[float, float]],
+    errors: tuple[float, float],
+) -> FormChoice:
+    """The Skip form only where it timed faster beyond noise (`bench.verdict`) and is no further
+    from float64 on offset rows than `Add` + norm (`errors`: Add + norm's, the Skip form's)."""
+    ratio, (low, high) = timing
+    faster = bench.verdict((low, high)) == "faster"
+    dtype = onnx.TensorProto.DataType.Name(elem_type).lower()
+    return FormChoice(
+        family,
+        shape,
+        dtype,
+        medians[0],
+        medians[1],
+        ratio,
+        (low, high),
+        use_skip=faster and errors[1] <= errors[0],
+        errors=errors,
+    )
+
+
+def offset_row_errors(
+    family: str, shape: tuple[int, ...], elem_type: int, bias: bool, provider: str
+) -> tuple[float, float]:
+    """The largest distance to a float64 evaluation of `Add` + norm and of the Skip form, run on
+    `provider` with optimisations disabled, on inputs whose sum has rows of `OFFSET_ROWS`."""
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    rng = np.random.default_rng(0)
+    offset, spread = OFFSET_ROWS
+    feeds = {
+        "a": (offset + spread * rng.standard_normal(shape)).astype(dtype),
+        "b": (spread * rng.standard_normal(shape)).astype(dtype),
+    }
+    total = feeds["a"].astype(np.float64) + feeds["b"].astype(np.float64)
+    if family == "layer-norm":
+        centred = total - total.mean(axis=-1, keepdims=True)
+        reference = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + EPSILON)
+    else:
+        reference = total / np.sqrt((total * total).mean(axis=-1, keepdims=True) + EPSILON)
+    errors = []
+    for model in residual_norm_models(family, shape, elem_type, bias):
+        (output,) = sessions.create(model, provider).run(None, feeds)
+        errors.append(float(np.max(np.abs(output.astype(np.float64) - reference))))
+    return errors[0], errors[1]
+
+
 def runtime_types(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, TensorType]:
     """Tensor types with every graph input at the shape it is fed for `dims` (see
     `normfuse.inputs`), as shape inference derives them: shapes as the model runs."""
@@ -227,19 +360,21 @@ def residual_norm_models(
         params.append(numpy_helper.from_array(np.zeros(hidden, dtype), "bias"))
     names = [p.name for p in params]
     if family == "layer-norm":
-        norm = helper.make_node("LayerNormalization", ["sum", *names], ["y"], axis=-1, epsilon=1e-5)
+        norm = helper.make_node(
+            "LayerNormalization", ["sum", *names], ["y"], axis=-1, epsilon=EPSILON
+        )
         skip = helper.make_node(
-            "SkipLayerNormalization", ["a", "b", *names], ["y"], epsilon=1e-5, domain=MS_DOMAIN
+            "SkipLayerNormalization", ["a", "b", *names], ["y"], epsilon=EPSILON, domain=MS_DOMAIN
         )
     else:
         norm = helper.make_node(
-            "SimplifiedLayerNormalization", ["sum", *names], ["y"], axis=-1, epsilon=1e-5
+            "SimplifiedLayerNormalization", ["sum", *names], ["y"], axis=-1, epsilon=EPSILON
         )
         skip = helper.make_node(
             "SkipSimplifiedLayerNormalization",
             ["a", "b", *names],
             ["y"],
-            epsilon=1e-5,
+            epsilon=EPSILON,
             domain=MS_DOMAIN,
         )
     add = helper.make_node("Add", ["a", "b"], ["sum"])

@@ -3,62 +3,171 @@
 It must have the original's signature (graph inputs and outputs: names, types, order; every
 overridable initializer still there), be structurally sound, pass strict shape inference wherever
 the original does, satisfy `onnx.checker` wherever the original does (for standard-operator
-output), and load in ONNX Runtime wherever the original does. All three run on weightless
-skeletons (large and external initializers as typed inputs): no weight is read or copied.
+output), load in ONNX Runtime wherever the original does, and, where the original is small enough
+(`MAX_RUN_BYTES`, no external data) and runs on generated inputs (`inputs.probe_dims`: 1 for
+batch-like symbolic dims, `inputs.PROBE_DIM` for the others), run once on those inputs and give
+outputs of the original's shapes and element types. The checker, inference and the load of a
+large model run on weightless skeletons (large and external initializers as typed inputs): no
+external weight is read or copied. A failure is a `Failure` with a stable reason; the caller
+attributes it to sites (`__init__._guarded`).
 """
 
 from __future__ import annotations
 
-import onnx
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from normfuse import sessions
+import numpy as np
+import onnx
+from onnx.external_data_helper import uses_external_data
+
+from normfuse import inputs, sessions
 from normfuse.errors import NormfuseError, first_line
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
 
-
-def check_output(
-    original: onnx.ModelProto,
-    optimised: onnx.ModelProto,
-    ort_only: bool,
-) -> None:
-    """Raise `NormfuseError` when `optimised` would not stand in for `original`."""
-    _same_signature(original, optimised)
-    try:
-        check_structure(optimised)
-    except NormfuseError as error:
-        raise _refused(str(error)) from None
-    before, after = skeleton(original), skeleton(optimised)
-    if not ort_only:
-        _unless_original_fails(_checker_error, before, after, "onnx.checker")
-    _unless_original_fails(_inference_error, before, after, "strict shape inference")
-    _unless_original_fails(_session_error, before, after, "session")
+# Models up to this serialized size, with no external data, are run once; above it only the
+# weightless checks run (a run reads and copies every weight).
+MAX_RUN_BYTES = 256 * 2**20
 
 
-def _refused(why: str) -> NormfuseError:
-    return NormfuseError(f"the rewritten model was refused by the output guard: {why}")
+@dataclass(frozen=True)
+class Failure:
+    """Why a rewritten model may not stand in for the original: a kebab-case `reason` and a
+    one-line `detail`."""
+
+    reason: str
+    detail: str
 
 
-def _same_signature(original: onnx.ModelProto, optimised: onnx.ModelProto) -> None:
+class OutputGuard:
+    """Checks rewrites of one original model; what is asked of the original is done once."""
+
+    def __init__(self, original: onnx.ModelProto) -> None:
+        self.original = original
+        self._before: onnx.ModelProto | None = None
+        self._original_errors: dict[str, str | None] = {}
+        self._reference: _Reference | None = None
+        self._reference_tried = False
+
+    def failure(self, optimised: onnx.ModelProto, ort_only: bool) -> Failure | None:
+        """Why `optimised` would not stand in for the original, or None."""
+        why = _signature_error(self.original, optimised)
+        if why is not None:
+            return Failure("output-signature", why)
+        try:
+            check_structure(optimised)
+        except NormfuseError as error:
+            return Failure("output-structure", str(error))
+        after = skeleton(optimised)
+        checks: list[tuple[str, Callable, str]] = [
+            ("output-fails-checker", _checker_error, "onnx.checker"),
+            ("output-fails-inference", _inference_error, "strict shape inference"),
+        ]
+        if ort_only:
+            checks = checks[1:]
+        reference = self._run_reference()
+        if reference is None:
+            checks.append(("output-does-not-load", _session_error, "ONNX Runtime"))
+        for reason, check, what in checks:
+            error = check(after)
+            if error is not None and self._original_error(check, what) is None:
+                return Failure(reason, f"{what}: {error}")
+        return None if reference is None else reference.failure(optimised)
+
+    def _original_error(self, check: Callable, what: str) -> str | None:
+        """`check` on the original's skeleton, computed once (a model that was already stale or
+        odd is not made worse by being rewritten)."""
+        if what not in self._original_errors:
+            if self._before is None:
+                self._before = skeleton(self.original)
+            self._original_errors[what] = check(self._before)
+        return self._original_errors[what]
+
+    def _run_reference(self) -> _Reference | None:
+        if not self._reference_tried:
+            self._reference, self._reference_tried = _Reference.of(self.original), True
+        return self._reference
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """The original's one run: the generated feeds and its outputs."""
+
+    feeds: dict[str, np.ndarray]
+    names: tuple[str, ...]
+    outputs: tuple
+
+    @staticmethod
+    def of(original: onnx.ModelProto) -> _Reference | None:
+        """The original's run, or None where it is too large or does not load or run on
+        generated inputs (then only the weightless checks apply)."""
+        if not runnable(original):
+            return None
+        try:
+            feeds, _ = inputs.make_inputs(original, inputs.probe_dims(original))
+            session = sessions.create(original, "cpu", "disable")
+            outputs = session.run(None, feeds)
+        except Exception:  # whatever stops the original's run, the run is not a check
+            return None
+        names = tuple(info.name for info in original.graph.output)
+        return _Reference(feeds, names, tuple(outputs))
+
+    def failure(self, optimised: onnx.ModelProto) -> Failure | None:
+        """The rewrite's run on the same feeds: loads, runs, same output shapes and types."""
+        try:
+            session = sessions.create(optimised, "cpu", "disable")
+        except NormfuseError as error:
+            return Failure("output-does-not-load", str(error))
+        try:
+            outputs = session.run(None, self.feeds)
+        except Exception as error:  # ORT raises its own exception types
+            return Failure("output-does-not-run", f"ONNX Runtime: {first_line(error)}")
+        for name, before, after in zip(self.names, self.outputs, outputs, strict=True):
+            changed = _changed(before, after)
+            if changed is not None:
+                return Failure("output-shape-changed", f"output {name!r}: {changed}")
+        return None
+
+
+def runnable(model: onnx.ModelProto) -> bool:
+    """True when the guard runs `model`: no external data, at most `MAX_RUN_BYTES` serialized."""
+    if any(uses_external_data(tensor) for tensor in model.graph.initializer):
+        return False
+    return model.ByteSize() <= MAX_RUN_BYTES
+
+
+def _changed(before, after) -> str | None:
+    """How the value `after` differs from `before` in kind, shape or element type, or None."""
+    if isinstance(before, np.ndarray) or isinstance(after, np.ndarray):
+        if not (isinstance(before, np.ndarray) and isinstance(after, np.ndarray)):
+            return f"{type(before).__name__} became {type(after).__name__}"
+        if before.shape != after.shape or before.dtype != after.dtype:
+            return f"{before.dtype}{list(before.shape)} became {after.dtype}{list(after.shape)}"
+        return None
+    if isinstance(before, list) and isinstance(after, list):
+        if len(before) != len(after):
+            return f"a sequence of {len(before)} became one of {len(after)}"
+        found = (_changed(a, b) for a, b in zip(before, after, strict=True))
+        return next((change for change in found if change is not None), None)
+    if type(before) is not type(after):
+        return f"{type(before).__name__} became {type(after).__name__}"
+    return None
+
+
+def _signature_error(original: onnx.ModelProto, optimised: onnx.ModelProto) -> str | None:
     for field in ("input", "output"):
         before = [info.SerializeToString() for info in getattr(original.graph, field)]
         after = [info.SerializeToString() for info in getattr(optimised.graph, field)]
         if before != after:
-            raise _refused(f"its graph {field}s differ from the original's")
-    inputs = {info.name for info in original.graph.input}
-    defaults = {t.name for t in original.graph.initializer if t.name in inputs}
+            return f"its graph {field}s differ from the original's"
+    names = {info.name for info in original.graph.input}
+    defaults = {t.name for t in original.graph.initializer if t.name in names}
     kept = {t.name for t in optimised.graph.initializer}
     if not defaults <= kept:
         missing = sorted(defaults - kept)[0]
-        raise _refused(f"the default value of graph input {missing!r} was lost")
-
-
-def _unless_original_fails(check, before: onnx.ModelProto, after: onnx.ModelProto, what: str):
-    """Refuse when `check` finds an error in the output that it does not find in the original
-    (a model that was already stale or odd is not made worse by being rewritten)."""
-    error = check(after)
-    if error is not None and check(before) is None:
-        raise _refused(f"{what}: {error}")
+        return f"the default value of graph input {missing!r} was lost"
+    return None
 
 
 def _checker_error(model: onnx.ModelProto) -> str | None:

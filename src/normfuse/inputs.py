@@ -28,6 +28,8 @@ from normfuse.errors import NormfuseError
 from normfuse.scopes import overridable
 
 MAX_DIM = 2**31 - 1
+# The size of a symbolic dim that is not batch-like in a run that only proves a model runs.
+PROBE_DIM = 3
 # Generated and loaded inputs together may take this many bytes (checked before allocating).
 MAX_INPUT_BYTES = 4 * 2**30
 _BATCH_LIKE = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
@@ -51,6 +53,29 @@ def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
     return dims
 
 
+def input_hint(dims: dict[str, int], npz: str | None) -> str:
+    """What to check when a model does not run on its inputs, naming what was given."""
+    given = ",".join(f"{name}={size}" for name, size in dims.items())
+    if given and npz:
+        return f"check --dims {given} and --inputs {npz}"
+    if npz:
+        return f"check --inputs {npz}"
+    if given:
+        return f"check --dims {given}, or give --inputs FILE.npz"
+    return "give --dims or --inputs"
+
+
+def probe_dims(model: onnx.ModelProto) -> dict[str, int]:
+    """Small sizes for the named symbolic dims of `model`'s inputs: 1 for a batch-like one,
+    `PROBE_DIM` for any other (the output guard's one run)."""
+    return {
+        dim.dim_param: 1 if _BATCH_LIKE.search(dim.dim_param) else PROBE_DIM
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and not dim.HasField("dim_value")
+    }
+
+
 def make_inputs(
     model: onnx.ModelProto,
     dims: dict[str, int] | None = None,
@@ -59,8 +84,7 @@ def make_inputs(
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Feeds for every graph input of `model`, and notes on the defaults taken."""
     rng = np.random.default_rng(seed)
-    check_dims(model, dims or {})
-    notes: list[str] = []
+    notes = check_dims(model, dims or {})
     signature = graph_inputs(model)
     dtypes = {info.name: _input_dtype(info) for info in signature}
     overrides = {}
@@ -121,28 +145,36 @@ def input_shapes(
 ) -> tuple[dict[str, list[int]], list[str]]:
     """The concrete shape of every graph input for `dims` (as `make_inputs` feeds them), and notes
     on the defaults taken."""
-    check_dims(model, dims or {})
-    notes: list[str] = []
+    notes = check_dims(model, dims or {})
     shapes = {info.name: _concrete_shape(info, dims or {}, notes) for info in graph_inputs(model)}
     return shapes, notes
 
 
-def check_dims(model: onnx.ModelProto, dims: dict[str, int]) -> None:
-    """Refuse `dims` names that no graph input has (a typo would otherwise be ignored)."""
-    known = sorted(
-        {
-            dim.dim_param
-            for info in graph_inputs(model)
-            for dim in info.type.tensor_type.shape.dim
-            if dim.dim_param and not dim.HasField("dim_value")
-        }
-    )
+def check_dims(model: onnx.ModelProto, dims: dict[str, int]) -> list[str]:
+    """Refuse `dims` names that no graph input has where the model has symbolic dims (a typo
+    would otherwise be ignored); a model with none gets a note instead, so that scripts can pass
+    one --dims to many models. Returns the notes."""
+    known = sorted(symbolic_dims(model))
     unknown = sorted(set(dims) - set(known))
+    if unknown and not known:
+        given = ",".join(f"{name}={dims[name]}" for name in unknown)
+        return [f"--dims {given} ignored: the model's input shapes are all static"]
     if unknown:
         raise NormfuseError(
             f"--dims {', '.join(unknown)}: no input has such a dimension; "
-            f"the model's symbolic dims are: {', '.join(known) or '(none)'}"
+            f"the model's symbolic dims are: {', '.join(known)}"
         )
+    return []
+
+
+def symbolic_dims(model: onnx.ModelProto) -> set[str]:
+    """The names of the graph inputs' symbolic dimensions."""
+    return {
+        dim.dim_param
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and not dim.HasField("dim_value")
+    }
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

@@ -119,6 +119,11 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                 yield from _graph_tensors(subgraph)
 
 
+# The keys of an external-data entry ONNX Runtime accepts (any other, even onnx's own `basepath`,
+# makes it refuse the model: "model format error").
+EXTERNAL_DATA_KEYS = ("location", "offset", "length", "checksum")
+
+
 @dataclass(frozen=True)
 class ExternalEntry:
     """One tensor's external-data entry, parsed and checked for form (not yet against files)."""
@@ -129,10 +134,16 @@ class ExternalEntry:
 
 
 def external_entry(tensor: onnx.TensorProto) -> ExternalEntry:
-    """Parse `tensor`'s external-data entry: a text location without NUL, and offset and length,
-    when given, as non-negative decimal integers."""
+    """Parse `tensor`'s external-data entry: only the keys ONNX Runtime reads, a text location
+    without NUL, and offset and length, when given, as non-negative decimal integers."""
     values: dict[str, object] = {entry.key: entry.value for entry in tensor.external_data}
     name = tensor.name if isinstance(tensor.name, str) else repr(tensor.name)
+    unknown = sorted(str(key) for key in values if key not in EXTERNAL_DATA_KEYS)
+    if unknown:
+        raise NormfuseError(
+            f"tensor {name!r}: external data key {unknown[0]!r} is not one ONNX Runtime reads "
+            f"({', '.join(EXTERNAL_DATA_KEYS)}); it refuses the model"
+        )
     location = values.get("location", "")
     if not isinstance(location, str) or "\0" in location:
         raise NormfuseError(

@@ -23,7 +23,7 @@ from normfuse.scopes import (
     shadowing_initializers,
     unique_names,
 )
-from normfuse.shapes import TensorType, TypeFacts, derive_types, function_types
+from normfuse.shapes import TensorType, TypeFacts, derive_types
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
         unique,
         base_dir,
         facts,
-        function_types(unique, facts.types),
+        facts.function_types,
         frozenset(overridable(unique.graph)),
         unsupported,
     )

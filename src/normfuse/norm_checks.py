@@ -14,17 +14,12 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse.constants import reduce_axes
+from normfuse.constants import reduce_axes, written_axes
+from normfuse.context import Context
+from normfuse.final_check import check_attribute_values
+from normfuse.folding import schema
 from normfuse.pattern import Match
-from normfuse.rewrite import (
-    INTERMEDIATE_USED_ELSEWHERE,
-    Context,
-    FusedNode,
-    Reject,
-    Site,
-    check_attribute_values,
-    node_label,
-)
+from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Reject, Site, node_label
 from normfuse.static_values import static_value
 from normfuse.targets import STANDARD_OPS, Target
 
@@ -123,7 +118,7 @@ def reduction_axes(
         check_attribute_values(node)
     found = [_axes(node, rank, context) for node in nodes]
     if any(axes is None for axes in found):
-        raise Reject("unknown-axes", "reduction axes are not constant")
+        raise Reject("unknown-axes", _no_axes(nodes, context))
     for node, axes in zip(nodes, found, strict=True):
         _check_keepdims(node, axes, rank, context, (unsqueezed or {}).get(id(node)))
     if len(set(found)) > 1:
@@ -144,18 +139,25 @@ def reduction_axes(
     raise Reject("non-trailing-axes", f"axes {axes} are not the trailing axes")
 
 
+def _no_axes(nodes: list[gs.Node], context: Context) -> str:
+    """Why the axes of `nodes` are not known: the version of an op is not one at every opset the
+    scope is read at (a function importing another opset than its model), or not constant."""
+    opset = context.reader.opset
+    unversioned = next((node.op for node in nodes if schema(node.op, opset) is None), None)
+    if unversioned is not None and isinstance(opset, tuple):
+        return (
+            f"{unversioned} is another version at the function's opset {opset[0]} than at the "
+            f"model's {opset[1]}, at which ONNX Runtime inlines the body"
+        )
+    return "reduction axes are not constant"
+
+
 def _axes(node: gs.Node, rank: int, context: Context) -> tuple[int, ...] | None:
     """`reduce_axes`, or axes computed from static shapes (`Range(axis, Size(Shape(x)))`)."""
     try:
-        axes = reduce_axes(node, rank, context.reader)
+        return reduce_axes(node, rank, context.reader, lambda t: static_value(t, context))
     except (TypeError, ValueError):  # a malformed `axes` attribute
         return None
-    if axes is not None or "axes" in node.attrs or len(node.inputs) < 2:
-        return axes
-    value = static_value(node.inputs[1], context)
-    if value is None or value.size == 0 or not np.issubdtype(value.dtype, np.integer):
-        return None
-    return _normalised_axes(value, rank)
 
 
 def _normalised_axes(value: np.ndarray, rank: int) -> tuple[int, ...] | None:
@@ -179,13 +181,8 @@ def _check_keepdims(
         raise Reject("unsqueeze-axes", f"{node.name!r} keeps its dims and is unsqueezed after")
     if unsqueeze is None:
         raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
-    if "axes" in unsqueeze.attrs:
-        restored = np.array(unsqueeze.attrs["axes"]).reshape(-1)
-    elif len(unsqueeze.inputs) > 1:
-        restored = static_value(unsqueeze.inputs[1], context)
-    else:
-        restored = None
-    restored = None if restored is None else _normalised_axes(restored, rank)
+    written = written_axes(unsqueeze, context.reader, lambda t: static_value(t, context))
+    restored = _normalised_axes(np.array(written, np.int64), rank) if written else None
     if restored != axes:
         raise Reject(
             "unsqueeze-axes",
@@ -415,14 +412,33 @@ def fused_site(
     stash_type, ort_only = _stash_type(emission.op, io, context)
     if io.elem_type == onnx.TensorProto.DOUBLE:  # computed in double: epsilon must be exact
         exact_float32(eps, "epsilon")
+    input_cast, output_cast, kernel_dtype = None, io.output_cast, io.dtype
+    after_cast: tuple = (None, None)
+    if widened_float16(io, context, params):
+        input_cast, output_cast = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+        kernel_dtype = np.float32
+        # LLaMA's spelling: the affine in float16, after. Not with a layout: the kernel's
+        # channels-last [C] parameters would broadcast along the wrong axis after the Transpose.
+        if layout is None and _affine_after_downcast(match):
+            # The model's own scale (negated with a negated numerator: exact either side of a
+            # rounding) moves after the Cast; without one, the kernel keeps its +-1.
+            scale, bias = (*params, None)[:2]
+            if "scale" in match:
+                after_cast, params = (scale, None), (np.ones(scale.shape, scale.dtype), *params[1:])
+            if "bias" in match:
+                after_cast, params = (after_cast[0], bias), (params[0], None)
+            after_cast = tuple(None if p is None else p.astype(io.dtype) for p in after_cast)
+    params = tuple(p.astype(kernel_dtype) if isinstance(p, np.ndarray) else p for p in params)
     fused = FusedNode(
         emission.op,
         emission.domain,
         {"axis": axis, "epsilon": eps, "stash_type": stash_type},
         (io.x, *params),
-        io.output_cast,
+        output_cast,
         extra_outputs=extra_outputs,
         layout=layout,
+        input_cast=input_cast,
+        after_cast=after_cast,
     )
     rewired = {id(tensor) for _, tensor in extra_outputs}
     # Nodes whose outputs the fused node takes over die too (a Reciprocal of the std).
@@ -463,6 +479,48 @@ def fused_site(
         emission.ort_only or ort_only,
         frozenset(id(node) for node in match.nodes),
     )
+
+
+def widened_float16(io: FusedIO, context: Context, params: tuple) -> bool:
+    """Whether a float16 norm is emitted as the float32 kernel between Casts (x to float32, the
+    result back to float16; float16 scale and bias widened exactly), rather than the float16
+    kernel: everywhere except when tuning for CUDA. ONNX Runtime's CPU provider has no float16
+    kernels for the decomposed ops (Mul, Pow, ReduceMean, ...) nor for most neighbours (MatMul):
+    it runs them in float32 and removes the Cast pairs between them, so the original's norm output
+    reaches a float32 neighbour unrounded. The float16 kernel rounds it to float16 (fused LLaMA,
+    Gemma, Qwen2 measured 1.3-2.5x the original's distance to a float64 evaluation); the float32
+    kernel's trailing Cast is removed by the same rule, so the rounding is the original's. Both
+    kernels compute in float32 and round once, so the result is the same where it is rounded.
+    A scale or bias that float16 cannot hold exactly (Gemma's `1 + w`, computed in float32
+    inside the casts) always takes the float32 kernel: rounding it would change the model."""
+    if io.elem_type != onnx.TensorProto.FLOAT16 or io.output_cast is not None:
+        return False
+    chooser = context.form_chooser
+    if chooser is None or chooser.provider != "cuda":
+        return True
+    return any(
+        isinstance(p, np.ndarray) and not np.array_equal(p.astype(np.float16), p, equal_nan=True)
+        for p in params
+    )
+
+
+def _affine_after_downcast(match: Match) -> bool:
+    """Whether every matched node reading the scale or bias follows the cast back (the affine
+    is applied to the rounded result, in the input's type)."""
+    if "downcast" not in match:
+        return False
+    inside = {id(node) for node in match.nodes}
+    after: set[int] = set()
+    frontier = [match.node("downcast")]
+    while frontier:
+        for tensor in frontier.pop().outputs:
+            for user in tensor.outputs:
+                if id(user) in inside and id(user) not in after:
+                    after.add(id(user))
+                    frontier.append(user)
+    affine = [match[name] for name in ("scale", "bias") if name in match]
+    readers = [user for tensor in affine for user in tensor.outputs if id(user) in inside]
+    return bool(readers) and all(id(reader) in after for reader in readers)
 
 
 def _keep_producers(match: Match, kept: set[int]) -> None:
@@ -525,8 +583,8 @@ def statistics_outputs(
         if name == "mean" and outside and all(_centers(user, match) for user in outside):
             continue  # another norm of x centres with it: the ReduceMean stays for that norm
         if name == "std":
-            if not outside:
-                continue
+            if not outside or all(_divides_a_deviation(user, tensor, match) for user in outside):
+                continue  # another norm of x divides by it: the std stays for that norm
             if _used_outside(match, "inv_std", inside):  # two tensors would both be InvStdDev
                 raise _escaping(tensor, outside)
             tensor = _reciprocal(tensor, outside)
@@ -576,6 +634,16 @@ def _centers(user: gs.Node, match: Match) -> bool:
     return user.op == "Sub" and any(id(tensor) in sources for tensor in user.inputs)
 
 
+def _divides_a_deviation(user: gs.Node, std: gs.Tensor, match: Match) -> bool:
+    """`user` is `Div(x - mean, std)` or `Div(mean - x, std)` of the matched x: another norm's
+    numerator over the same std (the second norm of `(mean - x) / std` sharing it)."""
+    if user.op != "Div" or user.domain not in (None, "", "ai.onnx") or len(user.inputs) != 2:
+        return False
+    numerator, divisor = user.inputs
+    producers = numerator.inputs
+    return divisor is std and len(producers) == 1 and _centers(producers[0], match)
+
+
 def _escaping(tensor: gs.Tensor, users: list[gs.Node]) -> Reject:
     names = ", ".join(user.name or user.op for user in users)
     return Reject(INTERMEDIATE_USED_ELSEWHERE, f"{tensor.name!r} is also used by {names}")
@@ -586,9 +654,10 @@ def _opset_too_low(kind: str, context: Context) -> str:
     if standard is None:
         return f"no standard operator for {kind} at this opset (--target onnx)"
     op, opset = standard
+    why = context.opset_blockers.get(opset, "another operator's meaning would change")
     return (
-        f"{op} needs opset {opset} and the model's opset cannot be raised to it without "
-        "changing another operator's meaning (--target onnx)"
+        f"{op} needs opset {opset} and the model's opset cannot be raised to it: {why} "
+        "(--target onnx)"
     )
 
 

@@ -8,10 +8,20 @@ from pathlib import Path
 
 import numpy as np
 
-from normfuse.bench import EQUAL_WITHIN, BenchReport, display_names, format_seconds, run_keys
+from normfuse.bench import (
+    EQUAL_WITHIN,
+    FASTER,
+    INCONCLUSIVE,
+    SAME,
+    SLOWER,
+    BenchReport,
+    display_names,
+    format_seconds,
+    run_keys,
+)
 from normfuse.errors import NormfuseError
 
-COLOURS = {"faster": "#1a7f37", "slower": "#cf222e", "": "#57606a"}
+COLOURS = {FASTER: "#1a7f37", SLOWER: "#cf222e", SAME: "#57606a", INCONCLUSIVE: "#9a6700"}
 
 
 def require_matplotlib() -> None:
@@ -24,8 +34,9 @@ def require_matplotlib() -> None:
 
 def plot_ratios(report: BenchReport, path: Path) -> None:
     """Write the chart to `path` (PNG): the first model of each side-by-side run is the
-    reference (a square at 1); the others are dots with their interval, green where faster beyond
-    noise and 1%, red where slower, grey where equal; each row is labelled with its median."""
+    reference (a square at 1); the others are dots with their interval, labelled with the table's
+    words (`bench.verdict`) and their median: green faster, red slower, grey the same, amber
+    inconclusive."""
     require_matplotlib()
     import matplotlib
 
@@ -62,8 +73,7 @@ def plot_ratios(report: BenchReport, path: Path) -> None:
                 color=colour,
                 capsize=4,
             )
-            verdict = f" {timing.verdict()}" if timing.verdict() else " equal"
-            text = f"{timing.ratio:.3f} [{low:.3f}, {high:.3f}]{verdict}, median {median}"
+            text = f"{timing.ratio:.3f} [{low:.3f}, {high:.3f}] {timing.verdict()}, median {median}"
         axis.text(1.02, y, text, transform=right, va="center", fontsize=9, color=colour)
     axis.axvspan(1 - EQUAL_WITHIN, 1 + EQUAL_WITHIN, color="#d0d7de", alpha=0.5, lw=0)
     axis.axvline(1.0, color="black", lw=0.8)
@@ -74,8 +84,8 @@ def plot_ratios(report: BenchReport, path: Path) -> None:
     margin = 0.08 * (max(highs) - min(lows))
     axis.set_xlim(min(lows) - margin, max(highs) + margin)
     axis.set_xlabel(
-        "median latency / the first model's, with 95% interval (grey band: within "
-        f"{EQUAL_WITHIN:.0%}, read as equal)"
+        "median latency / the first model's, with 95% interval (grey band: 1 ± "
+        f"{EQUAL_WITHIN:.0%}, the same)"
     )
     where = f", models in {folder}" if folder else ""
     axis.set_title(f"batch-one latency, intra-op threads: {report.threads}{where}", fontsize=10)

@@ -6,7 +6,10 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-from normfuse.rewrite import NearMiss, Site
+import onnx
+
+from normfuse.records import NearMiss, Site
+from normfuse.shapes import TensorType
 from normfuse.validate import ValidationReport
 
 
@@ -55,19 +58,28 @@ class Report:
         """The report as indented JSON text."""
         return json.dumps(self.as_dict(), indent=2) + "\n"
 
-    def table(self, sites: bool = False) -> str:
-        """A short human-readable summary; with `sites`, one line per fused site too."""
+    def table(
+        self,
+        sites: bool = False,
+        types: dict[str, TensorType] | None = None,
+        verbose: bool = False,
+        existing: Counter | None = None,
+    ) -> str:
+        """A short human-readable summary. With `sites`, one line per fused site (kind, op, the
+        tensor it computes, its shape from `types`), and with `verbose` the nodes it replaces;
+        `existing`: the fused norm nodes the model already had (said when nothing is left)."""
         lines = [f"{'kind':<16}{'op':<28}{'sites':>6}"]
         for (kind, op), count in sorted(Counter((s.kind, s.op) for s in self.sites).items()):
             lines.append(f"{kind:<16}{op:<28}{count:>6}")
-        if not self.sites:
+        if not self.sites and existing:
+            ops = ", ".join(f"{op} {n}" for op, n in sorted(existing.items()))
+            lines.append(f"already fused: {sum(existing.values())} fused norm nodes ({ops})")
+        elif not self.sites:
             lines.append("(nothing fused)")
-        if sites:
-            for site in self.sites:
-                lines.append(
-                    f"site {site.kind} -> {site.op} for {site.output!r} (axis {site.axis}, "
-                    f"epsilon {site.epsilon:g}) replaces {', '.join(site.removed_nodes)}"
-                )
+        if sites and self.sites:
+            lines.append("")
+            lines.extend(site_lines(self.sites, types or {}, verbose))
+            lines.append("")
         lines.append(f"nodes: {self.nodes_before} -> {self.nodes_after}")
         if self.opset_after != self.opset_before:
             lines.append(f"opset: {self.opset_before} -> {self.opset_after}")
@@ -81,3 +93,53 @@ class Report:
             verdict = "passed" if self.validation.passed else "FAILED"
             lines.extend(["", f"validation {verdict}:", self.validation.table()])
         return "\n".join(lines)
+
+
+def site_lines(sites: list[Site], types: dict[str, TensorType], verbose: bool) -> list[str]:
+    """One aligned line per site: kind, op, the tensor it computes and its shape; with `verbose`,
+    the epsilon, the axis and the nodes it replaces below each."""
+    rows = [["site", "op", "output", "shape"]]
+    for site in sites:
+        where = site.output if site.function is None else f"{site.output} (in {site.function[1]})"
+        rows.append([site.kind, site.op, where, _shape_text(types.get(site.output))])
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[3]]).rstrip())
+        if verbose and number:
+            site = sites[number - 1]
+            lines.append(
+                f"    axis {site.axis}, epsilon {site.epsilon:g}; replaces "
+                f"{len(site.removed_nodes)} nodes: {', '.join(site.removed_nodes)}"
+            )
+    return lines
+
+
+def _shape_text(tensor_type: TensorType | None) -> str:
+    """`[1, sequence, 64]`, `?` for a dim shape inference named itself (`unk__7`) or left out,
+    and `?` for the whole where the rank is not known."""
+    if tensor_type is None or tensor_type[1] is None:
+        return "?"
+    dims = [
+        "?" if dim is None or str(dim).startswith("unk__") else str(dim) for dim in tensor_type[1]
+    ]
+    return "[" + ", ".join(dims) + "]"
+
+
+# Normalisation ops a model may already hold (the exporter's, or an earlier run's).
+FUSED_NORM_OPS = (
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RMSNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "GroupNormalization",
+    "InstanceNormalization",
+)
+
+
+def fused_norm_nodes(model: onnx.ModelProto) -> Counter:
+    """The fused normalisation nodes in `model`'s main graph and local functions, by op."""
+    nodes = [*model.graph.node, *(node for f in model.functions for node in f.node)]
+    return Counter(node.op_type for node in nodes if node.op_type in FUSED_NORM_OPS)

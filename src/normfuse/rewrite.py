@@ -2,150 +2,38 @@
 
 A pass declares patterns and a `check` that turns a match into a `Site` (fuse) or a `NearMiss`
 (explain why not). The driver, not the pass, decides what may be removed: it collects every match
-first, rejects matches whose intermediates escape the subgraph, keeps the largest acceptable
-candidate per site, then rewires all chosen sites at once, keeping each output tensor's name, and
-cleans up and sorts the graph once. Passes run in order until none fuses anything.
+first, puts every site through one final check whatever pass built it (`checked_site`:
+`final_check.py`), rejects matches whose intermediates escape the subgraph, keeps the largest
+acceptable candidate per site, then rewires all chosen sites at once, keeping each output tensor's
+name, and cleans up and sorts the graph once. Passes run in order until none fuses anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
 
+from normfuse import final_check
 from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.context import Context
+from normfuse.final_check import check_attribute_values
 from normfuse.pattern import Match, Pattern, match_first, root_ops
-from normfuse.targets import Emission, Target
+from normfuse.records import (
+    INTERMEDIATE_USED_ELSEWHERE,
+    FusedNode,
+    NearMiss,
+    Reject,
+    Site,
+    node_label,
+)
 
-if TYPE_CHECKING:
-    from normfuse.forms import FormChooser
-
-INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
-ATTRIBUTE_REFERENCE = "attribute-reference"
 SHAPE_CONFLICT = "shape-conflict"
 CHECK_FAILED = "check-failed"
 MAX_ROUNDS = 8
-
-
-class Reject(Exception):
-    """Raised by a pass's check: the match is not the family's function. `reason` is a stable
-    kebab-case code; the driver reports it as a `NearMiss` at the site's key node."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class FusedNode:
-    """The node that replaces a site: inputs are graph tensors, new constants, or None (absent);
-    with `output_cast`, a Cast to that element type follows it and produces the site's output."""
-
-    op: str
-    domain: str
-    attrs: dict
-    inputs: tuple[gs.Tensor | np.ndarray | None, ...]
-    output_cast: int | None = None
-    # (output index, tensor): existing tensors the fused node also produces (a Skip op's sum),
-    # where something outside the site still uses them.
-    extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
-    # (perm before, perm after): Transposes around the node (channel-first layer norm).
-    layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-
-
-@dataclass(frozen=True)
-class Site:
-    """One subgraph that will be (or was) fused."""
-
-    kind: str
-    op: str
-    domain: str
-    axis: int
-    epsilon: float
-    input: str
-    output: str
-    removed_nodes: tuple[str, ...]  # names, or `Op->output` for unnamed nodes
-    fused: FusedNode = field(repr=False, compare=False)
-    opset: int = 0
-    ort_only: bool = False
-    # Identities of the matched nodes (names may be empty or repeated): for overlap decisions.
-    node_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
-    # The matched output tensor itself (set by the driver): rewired by identity, never by name.
-    root: gs.Tensor | None = field(default=None, repr=False, compare=False)
-    # (domain, name) of the model-local function whose body holds the site; None: the main
-    # graph or a body nested in it (set by the driver).
-    function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
-
-    def input_names(self) -> tuple[str, ...]:
-        """The graph tensors the fused node reads (its non-constant inputs), first one first."""
-        return tuple(
-            value.name
-            for value in self.fused.inputs
-            if isinstance(value, gs.Variable) and value.name
-        )
-
-    def as_dict(self) -> dict:
-        """The JSON form of DESIGN.md's report."""
-        return {
-            "kind": self.kind,
-            "op": self.op,
-            "domain": self.domain,
-            "axis": self.axis,
-            "epsilon": self.epsilon,
-            "input": self.input,
-            "output": self.output,
-            "removed_nodes": list(self.removed_nodes),
-        }
-
-
-@dataclass(frozen=True)
-class NearMiss:
-    """A subgraph that looks like a normalisation but was not fused, and why."""
-
-    kind: str
-    node: str
-    reason: str
-    detail: str
-
-    def as_dict(self) -> dict:
-        """The JSON form of DESIGN.md's report."""
-        return {"kind": self.kind, "node": self.node, "reason": self.reason, "detail": self.detail}
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a check may consult: constants, inferred tensor types and shapes, the target."""
-
-    reader: ConstantReader
-    types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
-    target: Target
-    emissions: dict[str, Emission | None]
-    # Site outputs to leave decomposed (failed validation, measured slower): output ->
-    # (reason, detail) of the near-miss reported instead.
-    excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
-    form_chooser: FormChooser | None = None
-    # Tensors whose declared type contradicts the derived one: sites touching them are left.
-    conflicts: frozenset[str] = frozenset()
-
-    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
-        """The shape of `tensor` (ints for static dims) when known."""
-        if isinstance(tensor, gs.Constant):
-            return tuple(tensor.shape)
-        known = self.types.get(tensor.name)
-        return None if known is None else known[1]
-
-    def elem_type(self, tensor: gs.Tensor) -> int | None:
-        """The ONNX element type of `tensor` when known."""
-        if isinstance(tensor, gs.Constant):
-            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
-        known = self.types.get(tensor.name)
-        return None if known is None else known[0]
 
 
 class FusionPass(Protocol):
@@ -202,7 +90,7 @@ def run(
             for scope, scope_context, function in scopes:
                 sites, misses = find_sites(scope, fusion_pass, scope_context)
                 sites = [replace(site, function=function) for site in sites]
-                apply_sites(scope, sites, names)
+                apply_sites(scope, sites, names, scope_context.reader)
                 result.sites.extend(sites)
                 near_misses.extend(misses)
                 fused_this_round += len(sites)
@@ -279,9 +167,7 @@ def _decide(
     first_miss = None
     for found in group:
         try:
-            outcome = fusion_pass.check(found, context)
-            if isinstance(outcome, Site):
-                _check_scope_facts(found, context)
+            outcome = checked_site(fusion_pass, found, context)
         except Reject as reject:
             label = node_label(fusion_pass.site_key(found))
             outcome = NearMiss(fusion_pass.kind, label, reject.reason, reject.detail)
@@ -307,16 +193,17 @@ def _decide(
     return first_miss
 
 
-def check_attribute_values(node: gs.Node) -> None:
-    """Raise `Reject` where `node` takes an attribute from a calling node (`@name` inside a
-    model-local function): its value differs per call site."""
-    refs = [key for key, value in node.attrs.items() if isinstance(value, gs.Node.AttributeRef)]
-    if refs:
-        raise Reject(
-            ATTRIBUTE_REFERENCE,
-            f"{node.op} {node_label(node)!r} takes {', '.join(refs)} from the calling node's "
-            "attributes; not resolved inside a shared function body",
-        )
+def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Site | None:
+    """The pass's verdict on `found`, then the one final-check path every site goes through,
+    whatever pass built it: the scope's facts, then the fused node against its op's kernel
+    contract and the replaced output (`final_check`). Raises `Reject`."""
+    outcome = fusion_pass.check(found, context)
+    if isinstance(outcome, Site):
+        _check_scope_facts(found, context)
+        unfit = final_check.problem(outcome, found, context)
+        if unfit is not None:
+            raise Reject(*unfit)
+    return outcome
 
 
 def _check_scope_facts(found: Match, context: Context) -> None:
@@ -391,32 +278,48 @@ def _partner(
     graph_outputs: set[str],
     everything: list[Match],
 ) -> bool:
-    """True when `found`'s intermediates escape only into one other candidate of the same pass
-    that reads the same x, is itself exactly a site, and whose own intermediates escape only
-    into `found`: two norms sharing statistics (one `x - mean`). `found` is fused now; the
-    shared nodes stay for the partner, which fuses in the next round, and then they die."""
+    """True when `found`'s intermediates escape only into other candidates of the same pass
+    that read the same x, are each exactly a site, and whose own intermediates escape only into
+    `found` or one another: norms sharing statistics (one `x - mean`, one variance; two, three
+    or more). `found` is fused now; the shared nodes stay for the others, which fuse in later
+    rounds, and then they die."""
     users = _outside_users(found, fusion_pass, graph_outputs)
     if not users or "x" not in found:
         return False
-    mine = {id(node) for node in found.nodes}
-    for other in everything:
-        theirs = {id(node) for node in other.nodes}
-        if other is found or "x" not in other or other["x"] is not found["x"]:
+    covered = {id(node) for node in found.nodes}
+    verdicts: dict[int, bool] = {}
+
+    def is_partner(other: Match) -> bool:
+        if id(other) not in verdicts:
+            verdicts[id(other)] = (
+                other is not found
+                and "x" in other
+                and other["x"] is found["x"]
+                and _exactly_a_site(other, fusion_pass, context)
+            )
+        return verdicts[id(other)]
+
+    pending = list(users)
+    while pending:
+        user = pending.pop()
+        if id(user) in covered:
             continue
-        if not all(id(user) in theirs for user in users):
-            continue
-        back = _outside_users(other, fusion_pass, graph_outputs)
-        if back is None or not all(id(user) in mine for user in back):
-            continue
-        try:
-            outcome = fusion_pass.check(other, context)
-            if isinstance(outcome, Site):
-                _check_scope_facts(other, context)
-        except Exception:  # not a norm (a Reject), or a check that trips: no partner
-            continue
-        if isinstance(outcome, Site):
-            return True
-    return False
+        candidates = [o for o in everything if any(node is user for node in o.nodes)]
+        partner = next((o for o in candidates if is_partner(o)), None)
+        back = None if partner is None else _outside_users(partner, fusion_pass, graph_outputs)
+        if back is None:
+            return False
+        covered |= {id(node) for node in partner.nodes}
+        pending += back
+    return True
+
+
+def _exactly_a_site(found: Match, fusion_pass: FusionPass, context: Context) -> bool:
+    try:
+        outcome = checked_site(fusion_pass, found, context)
+    except Exception:  # not a norm (a Reject), or a check that trips: no partner
+        return False
+    return isinstance(outcome, Site)
 
 
 def _without_overlaps(sites: list[Site], graph: gs.Graph) -> list[Site]:
@@ -435,30 +338,47 @@ def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
     return [tensor for node in graph.nodes for tensor in node.outputs]
 
 
-def apply_sites(graph: gs.Graph, sites: list[Site], names: _NameRegistry) -> None:
+def apply_sites(
+    graph: gs.Graph, sites: list[Site], names: _NameRegistry, reader: ConstantReader
+) -> None:
     """Replace each site's subgraph by its fused node, keep output names, clean up, sort. New
     names are unique across every scope in `names`."""
     if not sites:
         return
-    emitter = _Emitter(graph, names)
+    emitter = _Emitter(graph, names, reader)
+    position = {id(node): (index, node) for index, node in enumerate(graph.nodes)}
     for site in sites:
-        _apply_site(emitter, site)
+        found = sorted(position[key] for key in site.node_ids if key in position)
+        _apply_site(emitter, site, [node for _, node in found])
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
 
 
-def _apply_site(emitter: _Emitter, site: Site) -> None:
+def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     """Emit `site`'s fused node (with its Casts and Transposes) producing the site's output."""
     fused = site.fused
     name = emitter.node_name(f"{site.output}/{site.op}")
-    inputs = _fused_inputs(fused, name, emitter)
+    own = _site_initializers(nodes)
+    inputs = _fused_inputs(fused, name, own, emitter)
     output = site.root
     output.inputs.clear()
+    if fused.input_cast is not None:
+        inputs[0] = emitter.fed_by(inputs[0], "Cast", {"to": fused.input_cast}, name)
+    for op, value in reversed(list(zip(("Mul", "Add"), fused.after_cast, strict=True))):
+        if value is not None:
+            operand = _constant(value, f"{name}/{op}_operand", own, emitter)
+            output = emitter.feeding(output, op, {}, name, (operand,))
     if fused.output_cast is not None:
         output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
     if fused.layout is not None:
         before, after = fused.layout
         output = emitter.feeding(output, "Transpose", {"perm": list(after)}, name)
         inputs[0] = emitter.fed_by(inputs[0], "Transpose", {"perm": list(before)}, name)
+    if fused.grouping is not None:
+        grouped, back = (np.array(shape, np.int64) for shape in fused.grouping)
+        back_operand = _constant(back, f"{name}/shape_back", own, emitter)
+        output = emitter.feeding(output, "Reshape", {}, name, (back_operand,))
+        grouped_operand = _constant(grouped, f"{name}/grouped_shape", own, emitter)
+        inputs[0] = emitter.fed_by(inputs[0], "Reshape", {}, name, (grouped_operand,))
     outputs = [output]
     for index, tensor in fused.extra_outputs:
         used = tensor in emitter.graph.outputs or any(
@@ -489,9 +409,10 @@ class _NameRegistry:
 class _Emitter:
     """Adds nodes and tensors to one graph under unique, deterministic names."""
 
-    def __init__(self, graph: gs.Graph, names: _NameRegistry) -> None:
+    def __init__(self, graph: gs.Graph, names: _NameRegistry, reader: ConstantReader) -> None:
         self.graph = graph
         self.names = names
+        self.reader = reader  # reads a site's own initializers, external data included
 
     def node_name(self, stem: str) -> str:
         """A node name not yet used in any scope, reserved."""
@@ -505,23 +426,33 @@ class _Emitter:
         self.names.tensors.add(name)
         return gs.Variable(name) if value is None else gs.Constant(name, value)
 
-    def feeding(self, output: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
-        """Add `op` producing `output` from a new tensor; return that tensor."""
+    def feeding(
+        self, output: gs.Tensor, op: str, attrs: dict, stem: str, operands: tuple = ()
+    ) -> gs.Tensor:
+        """Add `op` producing `output` from a new tensor (and `operands`); return that tensor."""
         source = self.tensor(f"{stem}/{op}_input")
-        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source], [output])
+        node = gs.Node(op, self.node_name(f"{stem}/{op}"), attrs, [source, *operands], [output])
         self.graph.nodes.append(node)
         return source
 
-    def fed_by(self, source: gs.Tensor, op: str, attrs: dict, stem: str) -> gs.Tensor:
-        """Add `op` reading `source` into a new tensor; return that tensor."""
+    def fed_by(
+        self, source: gs.Tensor, op: str, attrs: dict, stem: str, operands: tuple = ()
+    ) -> gs.Tensor:
+        """Add `op` reading `source` (and `operands`) into a new tensor; return that tensor."""
         result = self.tensor(f"{stem}/{op}_output")
-        node = gs.Node(op, self.node_name(f"{stem}/{op}_in"), attrs, [source], [result])
+        node = gs.Node(
+            op, self.node_name(f"{stem}/{op}_in"), attrs, [source, *operands], [result]
+        )
         self.graph.nodes.append(node)
         return result
 
 
-def _fused_inputs(fused: FusedNode, name: str, emitter: _Emitter) -> list[gs.Tensor]:
-    """The fused node's input tensors; arrays become new constants, trailing Nones are dropped."""
+def _fused_inputs(
+    fused: FusedNode, name: str, own: list[gs.Constant], emitter: _Emitter
+) -> list[gs.Tensor]:
+    """The fused node's input tensors; trailing Nones are dropped, and an array becomes the
+    site's own initializer (`own`) holding exactly it (same type, shape and bytes: a weight is
+    never copied), else a new constant."""
     values = list(fused.inputs)
     while values and values[-1] is None:
         values.pop()
@@ -530,15 +461,35 @@ def _fused_inputs(fused: FusedNode, name: str, emitter: _Emitter) -> list[gs.Ten
         if value is None:
             inputs.append(gs.Variable.empty())
         elif isinstance(value, np.ndarray):
-            inputs.append(emitter.tensor(f"{name}/input{index}", np.ascontiguousarray(value)))
+            inputs.append(_constant(value, f"{name}/input{index}", own, emitter))
         else:
             inputs.append(value)
     return inputs
 
 
-def node_label(node: gs.Node) -> str:
-    """A node's name, or `Op->output` for an unnamed node."""
-    return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"
+def _constant(
+    value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter
+) -> gs.Constant:
+    """The initializer of `own` holding exactly `value`, else a new constant."""
+    same = next(
+        (constant for constant in own if _holds_exactly(constant, value, emitter.reader)), None
+    )
+    return same or emitter.tensor(stem, np.ascontiguousarray(value))
+
+
+def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
+    """The initializers the site's `nodes` read (inline or external: an external one stays
+    external when the fused node reads it)."""
+    return [tensor for node in nodes for tensor in node.inputs if isinstance(tensor, gs.Constant)]
+
+
+def _holds_exactly(constant: gs.Constant, value: np.ndarray, reader: ConstantReader) -> bool:
+    """Whether `constant` is `value`: the same element type, shape and bytes (its values read
+    through the scope's reader, which already read them for the site's checks)."""
+    if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
+        return False
+    held = reader.value(constant)
+    return held is not None and held.tobytes() == np.ascontiguousarray(value).tobytes()
 
 
 def _unique(name: str, taken) -> str:

@@ -1,8 +1,10 @@
 """ONNX Runtime sessions on named execution providers, with no silent fallback.
 
-`cpu` and `cuda` name the CPU and CUDA execution providers. A provider that is not installed is
-an error that says how to get it, and a session that ONNX Runtime quietly moved to another
-provider is an error too: a CUDA measurement that ran on the CPU is worse than none.
+`cpu` and `cuda` name the CPU and CUDA execution providers; `openvino` names OpenVINO's CPU
+runtime itself (openvino_runtime.py, the optional extra `normfuse[openvino]`), which has one
+level. A provider that is not installed is an error that says how to get it, and a session that
+ONNX Runtime quietly moved to another provider is an error too: a CUDA measurement that ran on the
+CPU is worse than none.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
+from normfuse import openvino_runtime
 from normfuse.errors import NormfuseError, first_line
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -28,20 +31,28 @@ def parse_providers(text: str | list[str] | None) -> list[str]:
     """Provider short names from `cpu,cuda` (default: cpu), checked against what is installed."""
     names = text if isinstance(text, list) else (text or "cpu").split(",")
     names = [name.strip().lower() for name in names if name.strip()]
-    unknown = [name for name in names if name not in PROVIDERS]
+    unknown = [n for n in names if n not in PROVIDERS and n != openvino_runtime.NAME]
     if unknown or not names:
         raise NormfuseError(
-            f"unknown provider {', '.join(unknown) or '(none)'}; use cpu and/or cuda"
+            f"unknown provider {', '.join(unknown) or '(none)'}; use cpu, cuda and/or openvino"
         )
     available = ort.get_available_providers()
     for name in names:
-        if PROVIDERS[name] not in available:
+        if name == openvino_runtime.NAME:
+            if not openvino_runtime.available():
+                raise NormfuseError(f"openvino is not installed ({openvino_runtime.INSTALL})")
+        elif PROVIDERS[name] not in available:
             raise NormfuseError(
                 f"{PROVIDERS[name]} is not available in this onnxruntime ({ort.__version__}); "
                 "for CUDA install onnxruntime-gpu instead of onnxruntime "
                 "(pip uninstall -y onnxruntime && pip install onnxruntime-gpu)"
             )
     return list(dict.fromkeys(names))
+
+
+def levels_for(provider: str, levels: tuple[str, ...]) -> tuple[str, ...]:
+    """The levels of `levels` that `provider` runs at: OpenVINO has only its own (`all`)."""
+    return (openvino_runtime.LEVEL,) if provider == openvino_runtime.NAME else levels
 
 
 def create(
@@ -52,8 +63,11 @@ def create(
 ) -> ort.InferenceSession:
     """A session for `model` on `provider` (short name) at optimisation `level`.
 
-    A `ModelProto` whose weights are in external data reads them from `base_dir`.
+    A `ModelProto` whose weights are in external data reads them from `base_dir`. On `openvino`
+    the session is OpenVINO's (with the same `run(None, feeds)`), at its one level.
     """
+    if provider == openvino_runtime.NAME:
+        return openvino_runtime.create(model, base_dir)
     options = ort.SessionOptions()
     options.graph_optimization_level = LEVELS[level]
     options.log_severity_level = 4  # errors come back as exceptions; none printed

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnx.numpy_helper
 import onnx_graphsurgeon as gs
 
+from normfuse.agreed_types import AgreedTypes, agreed_types
 from normfuse.constants import ConstantReader
-from normfuse.rewrite import Context
+from normfuse.context import Context
+from normfuse.inference import TensorType, collect, infer
 from normfuse.scopes import all_graphs, overridable
 from normfuse.skeleton import skeleton
 from normfuse.static_values import MAX_DEPTH, Memo, static_value
 from normfuse.targets import Target
 
-TensorType = tuple[int, tuple[int | str | None, ...] | None]
 # Rounds of folding Reshape targets and inferring again (each round may make the next fold
 # possible: a Reshape whose input became static).
 FOLD_ROUNDS = 3
@@ -25,41 +26,62 @@ FOLDED_PREFIX = "normfuse_static_shape"
 
 @dataclass(frozen=True)
 class TypeFacts:
-    """Derived types by name, and the names whose declared type contradicts the derived one."""
+    """Derived types by name, the names whose declared type contradicts the derived one, and
+    the types inside each model-local function (keyed by (domain, name))."""
 
     types: dict[str, TensorType]
     conflicts: frozenset[str]
+    function_types: dict[tuple[str, str], dict[str, TensorType]] = field(default_factory=dict)
 
 
 def derive_types(model: onnx.ModelProto) -> TypeFacts:
-    """Types that shape inference derives, and the declarations that contradict them.
+    """Types that shape inference derives and ONNX Runtime agrees with, and the declarations
+    that contradict them.
 
     `value_info` and declared output shapes are claims a model may carry stale while it still
     runs, so inference runs on a copy without them (graph inputs and initializers, which ONNX
-    Runtime does enforce, are kept; Reshape targets computed from `Shape` are propagated). A
-    claim is used only through inference; where it disagrees with what inference derives, its
-    name is a conflict.
+    Runtime does enforce, are kept; Reshape targets computed from `Shape` are propagated). Each
+    inferred shape is then cut to the dims ONNX Runtime agrees with (`agreed_types`: declared
+    inputs, constants, and chains of allow-listed operators), and function bodies are typed from
+    every call. A claim is used only through inference; where it disagrees with what is derived,
+    its name is a conflict.
     """
     stripped = _without_claims(model)
-    inferred = _inferred(stripped)
-    types: dict[str, TensorType] = {}
-    _collect(inferred.graph, types)
+    agreed = _agreed(stripped)
     for _ in range(FOLD_ROUNDS):
-        folded = fold_reshape_targets(stripped, types)
+        folded = fold_reshape_targets(stripped, agreed.types)
         if folded is None:
             break
         stripped = folded
-        inferred = _inferred(stripped)
-        types = {}
-        _collect(inferred.graph, types)
+        agreed = _agreed(stripped)
+    types = agreed.types
     declared: dict[str, TensorType] = {}
-    _collect(model.graph, declared)
+    collect(model.graph, declared)
     conflicts = frozenset(
         name
         for name, claim in declared.items()
         if name in types and _contradicts(claim, types[name])
     )
-    return TypeFacts(types, conflicts)
+    functions = {key: _merged(calls) for key, calls in agreed.calls.items()}
+    return TypeFacts(types, conflicts, functions)
+
+
+def _agreed(stripped: onnx.ModelProto) -> AgreedTypes:
+    inferred: dict[str, TensorType] = {}
+    collect(infer(stripped).graph, inferred)
+    return agreed_types(stripped, inferred)
+
+
+def _merged(calls: list[dict[str, TensorType]]) -> dict[str, TensorType]:
+    """One set of types for a function body from all its calls (a fusion inside a function
+    applies to all of them): a tensor keeps its element type and rank where every call agrees,
+    and each dim where every call agrees; a function never called has none."""
+    agreed = {}
+    for name, found in (calls[0] if calls else {}).items():
+        merged = _merge([found, *(other.get(name) for other in calls[1:])])
+        if merged is not None:
+            agreed[name] = merged
+    return agreed
 
 
 def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
@@ -70,20 +92,21 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
 def fold_reshape_targets(
     stripped: onnx.ModelProto, types: dict[str, TensorType]
 ) -> onnx.ModelProto | None:
-    """A copy of `stripped` (a claim-free skeleton) in which the shape arithmetic feeding each
-    main-graph Reshape whose output inference left not static is replaced, where it folds exactly
-    from static shapes, by initializers: onnx's data propagation stops at `Div` (ONNX's own
-    group-norm body computes C / G), so the parts it cannot propagate are given as values and
+    """A copy of `stripped` (a claim-free skeleton) in which the constant-only and shape
+    arithmetic feeding each main-graph node whose output inference left not static (a Reshape's
+    target; a Pad's pads, a Tile's repeats, any integer input past the first) is replaced, where
+    it folds exactly (the one folding table), by initializers: onnx's data propagation stops at
+    `Div` (ONNX's own group-norm body computes C / G) and at `ConstantOfShape`/`Transpose`
+    (TorchScript's `F.pad` pads), so the parts it cannot propagate are given as values and
     inference goes on from there (a symbolic batch dim stays symbolic). None when nothing folds.
     Only for deriving types: the model itself is never changed."""
     candidates = [
-        node
+        (node, name)
         for node in stripped.graph.node
-        if node.op_type == "Reshape"
-        and node.domain in ("", "ai.onnx")
-        and len(node.input) == 2
+        if node.domain in ("", "ai.onnx")
         and node.output
         and not _static(types.get(node.output[0]))
+        for name in _shape_inputs(node, types)
     ]
     if not candidates:
         return None
@@ -93,15 +116,16 @@ def fold_reshape_targets(
         graph = gs.import_onnx(model)
     except Exception:  # a graph gs cannot read: no folding
         return None
-    context = Context(ConstantReader(None), types, Target.ORT, {})
+    opset = next((e.version for e in stripped.opset_import if e.domain in ("", "ai.onnx")), None)
+    context = Context(ConstantReader(None, opset=opset), types, Target.ORT, {})
     tensors = graph.tensors()
     outputs = {info.name for info in model.graph.output}
     folded: dict[str, np.ndarray] = {}
     seen: set[int] = set()
     memo: Memo = {}
-    for node in candidates:
-        if node.input[1] in tensors:
-            _fold_parts(tensors[node.input[1]], context, folded, (seen, memo), MAX_DEPTH)
+    for _node, name in candidates:
+        if name in tensors:
+            _fold_parts(tensors[name], context, folded, (seen, memo), MAX_DEPTH)
     folded = {name: value for name, value in folded.items() if name not in outputs}
     if not folded:
         return None
@@ -143,6 +167,34 @@ def _fold_parts(
             _fold_parts(source, context, folded, visits, depth - 1)
 
 
+_INTEGER_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.UINT64,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.UINT8,
+    }
+)
+
+
+def _shape_inputs(node: onnx.NodeProto, types: dict[str, TensorType]) -> list[str]:
+    """The inputs that may decide `node`'s output shape as values: a Reshape's target, and any
+    other input past the first of an integer type (pads, repeats, starts, axes, a shape); a
+    float input is data, never folded for this."""
+    if node.op_type == "Reshape":
+        return list(node.input[1:2])
+    first = 0 if node.op_type == "ConstantOfShape" else 1
+    return [
+        name
+        for name in node.input[first:]
+        if name and types.get(name, (None,))[0] in _INTEGER_TYPES
+    ]
+
+
 def _static(found: TensorType | None) -> bool:
     return found is not None and found[1] is not None and all(isinstance(d, int) for d in found[1])
 
@@ -166,17 +218,6 @@ def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:
-    for data_prop in (True, False):
-        try:
-            return onnx.shape_inference.infer_shapes(
-                model, check_type=False, strict_mode=False, data_prop=data_prop
-            )
-        except Exception:  # inference gave up on this model: try without data propagation
-            continue
-    return model
-
-
 def _contradicts(claim: TensorType, derived: TensorType) -> bool:
     """True when a declared type cannot describe the derived one (element type, rank, or a static
     dim that differs)."""
@@ -192,54 +233,6 @@ def _contradicts(claim: TensorType, derived: TensorType) -> bool:
     )
 
 
-def _collect(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
-    """Declared and inferred types of `graph` and of its subgraphs (If/Loop/Scan bodies)."""
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        if info.type.HasField("tensor_type"):
-            types[info.name] = _tensor_type(info.type.tensor_type)
-    for node in graph.node:
-        for attribute in node.attribute:
-            subgraphs = [attribute.g] if attribute.HasField("g") else []
-            for subgraph in [*subgraphs, *attribute.graphs]:
-                _collect(subgraph, types)
-
-
-def _tensor_type(tensor_type: onnx.TypeProto.Tensor) -> TensorType:
-    if not tensor_type.HasField("shape"):
-        return tensor_type.elem_type, None
-    dims = []
-    for dim in tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
-            dims.append(dim.dim_value)
-        else:
-            dims.append(dim.dim_param or None)
-    return tensor_type.elem_type, tuple(dims)
-
-
-def function_types(
-    model: onnx.ModelProto, types: dict[str, TensorType]
-) -> dict[tuple[str, str], dict[str, TensorType]]:
-    """Types inside each model-local function, keyed by (domain, name).
-
-    Shape inference does not look inside functions, so each function body is inferred once per
-    call site with that call's input types, and the results are merged: a tensor keeps its
-    element type and rank where every call agrees, and each dim where every call agrees (a fusion
-    inside a function applies to all its calls).
-    """
-    calls: dict[tuple[str, str], list[onnx.NodeProto]] = {}
-    for node in _all_nodes(model.graph):
-        calls.setdefault((node.domain, node.op_type), []).append(node)
-    result = {}
-    for function in model.functions:
-        key = (function.domain, function.name)
-        per_call = [_infer_body(function, node, types) for node in calls.get(key, [])]
-        agreed = {}
-        for name, found in (per_call[0] if per_call else {}).items():
-            merged = _merge([found, *(other.get(name) for other in per_call[1:])])
-            if merged is not None:
-                agreed[name] = merged
-        result[key] = agreed
-    return result
 
 
 def _merge(found: list[TensorType | None]) -> TensorType | None:
@@ -255,37 +248,3 @@ def _merge(found: list[TensorType | None]) -> TensorType | None:
         for column in zip(*(item[1] for item in found), strict=True)
     )
     return elem_types.pop(), dims
-
-
-def _infer_body(
-    function: onnx.FunctionProto, call: onnx.NodeProto, types: dict[str, TensorType]
-) -> dict[str, TensorType]:
-    inputs = []
-    for formal, actual in zip(function.input, call.input, strict=False):
-        if actual not in types:
-            return {}
-        elem_type, shape = types[actual]
-        inputs.append(onnx.helper.make_tensor_value_info(formal, elem_type, shape))
-    graph = onnx.helper.make_graph(
-        list(function.node),
-        function.name,
-        inputs,
-        [onnx.helper.make_empty_tensor_value_info(name) for name in function.output],
-    )
-    body = onnx.helper.make_model(graph, opset_imports=list(function.opset_import))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(body, check_type=False, strict_mode=False)
-    except Exception:  # a body inference cannot handle: no types inside it
-        return {}
-    found: dict[str, TensorType] = {}
-    _collect(inferred.graph, found)
-    return found
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            subgraphs = [attribute.g] if attribute.HasField("g") else []
-            for subgraph in [*subgraphs, *attribute.graphs]:
-                yield from _all_nodes(subgraph)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 
-from normfuse.rewrite import Site
+from normfuse.records import Site
 from normfuse.shapes import TensorType
 from normfuse.subgraph import extract
 
@@ -55,7 +56,11 @@ def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict
     if any(name not in types or types[name][1] is None for name in names):
         return None
     elem_type, shape = types[names[0]]
-    concrete = [dim if isinstance(dim, int) else dims.get(dim, 1) for dim in shape]
+    known = _normalised_dims(site, len(shape))
+    concrete = [
+        dim if isinstance(dim, int) else known.get(axis) or dims.get(dim, 1)
+        for axis, dim in enumerate(shape)
+    ]
     dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
     first = site_rows(concrete, site.axis, dtype, seed)
     rng = np.random.default_rng(seed + 1)
@@ -64,6 +69,25 @@ def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict
         other = onnx.helper.tensor_dtype_to_np_dtype(types[name][0])
         feeds[name] = rng.normal(0.0, 1.0, first.shape).astype(other)
     return feeds
+
+
+def _normalised_dims(site: Site, rank: int) -> dict[int, int]:
+    """Axis -> size of the normalised dims the fused node's constant scale fixes (its shape is
+    X.shape[axis:], checked before emit), so a symbolic dim there is fed at the size the site
+    was fused for: a group norm's C/G * H * W behind a symbolic batch. Empty with a layout or a
+    grouping (the scale then follows another tensor) or no constant scale."""
+    fused = site.fused
+    inputs = fused.inputs
+    scale = inputs[2 if fused.op.startswith("Skip") else 1] if len(inputs) > 1 else None
+    if fused.layout is not None or fused.grouping is not None:
+        return {}  # the node reads a transposed or regrouped tensor, not the site's input
+    if isinstance(scale, gs.Variable) or scale is None:
+        return {}
+    axis = site.axis % rank if rank else 0
+    sizes = [int(dim) for dim in scale.shape]
+    if len(sizes) != rank - axis:
+        return {}
+    return {axis + k: size for k, size in enumerate(sizes) if size > 1}
 
 
 def site_rows(shape: list[int], axis: int, dtype: np.dtype, seed: int) -> np.ndarray:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import onnx
 
-from normfuse import bench, sessions
+from normfuse import bench, openvino_runtime, sessions
+from normfuse.errors import NormfuseError
 
 # Names ORT's graph transformers have carried for norm fusions (used only where they have effect).
 NORM_FUSIONS = (
@@ -115,7 +116,7 @@ class TuneReport:
         lines = [
             bench.BenchReport(
                 [t for r in self.results for t in r.timings], self.threads, self.notes
-            ).table()
+            ).table("configuration")
         ]
         for result in self.results:
             best = result.timings[result.configs.index(result.best)]
@@ -160,6 +161,8 @@ def _saved_graph_signature(model, provider, config: SessionConfig, options) -> t
 
 def tune(model: bench.BenchModel, options: bench.BenchOptions) -> TuneReport:
     """Time every candidate configuration on every provider; choose per provider."""
+    if openvino_runtime.NAME in options.providers:
+        raise NormfuseError("tune chooses ONNX Runtime session settings: use cpu or cuda")
     threading = bench.configure_threads(options.threads)
     results, notes, threads = [], [], threading.label
     for provider in options.providers:
@@ -170,7 +173,10 @@ def tune(model: bench.BenchModel, options: bench.BenchOptions) -> TuneReport:
             )
             for config in configs
         ]
-        single = dataclasses.replace(options, providers=(provider,), levels=(DEFAULT_LEVEL,))
+        budget = options.time_budget and options.time_budget / len(options.providers)
+        single = dataclasses.replace(
+            options, providers=(provider,), levels=(DEFAULT_LEVEL,), time_budget=budget
+        )
         report = bench.run(variants, single, threading)
         threads, notes = report.threads, report.notes
         results.append(choose(provider, configs, report.timings))

@@ -8,8 +8,6 @@ where the model can be converted (weights in memory, float16/float32 only).
 
 from __future__ import annotations
 
-import re
-import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,10 +16,10 @@ import onnx
 
 from normfuse import sessions
 from normfuse.compare import OutputComparison, compare_output
-from normfuse.errors import NormfuseError, first_line
-from normfuse.inputs import make_inputs
+from normfuse.errors import NormfuseError, first_line, runtime_message
+from normfuse.inputs import input_hint, make_inputs
 from normfuse.model_io import external_tensors
-from normfuse.rewrite import Site
+from normfuse.records import Site
 from normfuse.shapes import TensorType, tensor_types
 from normfuse.site_inputs import isolate
 from normfuse.subgraph import as_float64
@@ -121,14 +119,24 @@ class ValidationReport:
         }
 
     def table(self) -> str:
-        """One line per provider, level and output; then failing sites."""
-        lines = [f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>11}{'max rel':>11}  result"]
+        """One line per provider, level and output with the tolerance it was held to and each
+        model's distance from the float64 reference; then failing sites and notes."""
+        lines = [
+            f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>10}{'max rel':>10}"
+            f"  {'atol/rtol':<12}{'orig-f64':>9}{'cand-f64':>9}  result"
+        ]
+        further = []
         for run in self.runs:
             for out in run.outputs:
                 verdict = "ok" if out.passed else f"FAIL {out.detail}"
+                if _further_from_float64(out):
+                    verdict += ", further from float64"
+                    further.append(out)
                 lines.append(
                     f"{run.provider:<9}{run.level:<9}{out.output[:31]:<32}"
-                    f"{out.max_abs:>11.3g}{out.max_rel:>11.3g}  {verdict}"
+                    f"{out.max_abs:>10.3g}{out.max_rel:>10.3g}  {_tolerance_text(out):<12}"
+                    f"{_error_text(out.reference_error_original):>9}"
+                    f"{_error_text(out.reference_error_candidate):>9}  {verdict}"
                 )
         for site in self.sites:
             if not site.passed:
@@ -140,8 +148,48 @@ class ValidationReport:
         checked = sum(1 for site in self.sites if site.comparison is not None)
         if self.sites:
             lines.append(f"sites checked alone: {checked} of {len(self.sites)} (site x provider)")
+        lines.append(
+            "an element passes when |cand - orig| <= atol + rtol * |orig| (max rel is large where "
+            "orig is near 0)\norig-f64, cand-f64: each model's max abs error against the original "
+            "run in float64 (-: no float64 run)"
+        )
+        if further:
+            worst = max(further, key=lambda out: out.reference_error_candidate or 0.0)
+            lines.append(
+                f"note: the candidate is further from float64 than the original on {len(further)} "
+                f"output run(s); worst {worst.output!r}: "
+                f"{worst.reference_error_candidate:.3g} vs {worst.reference_error_original:.3g}"
+            )
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+def _tolerance_text(out: OutputComparison) -> str:
+    """`1e-4/1e-4` (atol/rtol) for a float output, `exact` for one compared exactly."""
+    if out.atol == 0 and out.rtol == 0:
+        return "exact"
+    return f"{_short(out.atol)}/{_short(out.rtol)}"
+
+
+def _short(value: float) -> str:
+    """A tolerance in few characters: `0.01`, `1e-4`, `1.5e-4`."""
+    if value == 0 or value >= 1e-3:
+        return f"{value:.3g}"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _error_text(error: float | None) -> str:
+    return "-" if error is None else f"{error:.3g}"
+
+
+def _further_from_float64(out: OutputComparison) -> bool:
+    """True when the candidate's max abs error against the float64 reference exceeds the
+    original's (both known and finite)."""
+    before, after = out.reference_error_original, out.reference_error_candidate
+    if before is None or after is None or not np.isfinite(before) or not np.isfinite(after):
+        return False
+    return after > before
 
 
 def compare_models(
@@ -157,12 +205,13 @@ def compare_models(
     reference, reference_note = _float64_reference(original, feeds)
     notes.append(reference_note)
     names = [info.name for info in original.graph.output]
+    hint = input_hint(options.dims, options.npz)
     compute_dtype = narrowest_float_type(original)
     runs = []
     for provider in options.providers:
-        for level in WHOLE_MODEL_LEVELS:
+        for level in sessions.levels_for(provider, WHOLE_MODEL_LEVELS):
             try:
-                expected = _run(original, provider, level, original_dir, feeds, "the original")
+                expected = _run(original, provider, level, original_dir, feeds, hint)
             except NormfuseError as error:
                 if level == "disable":
                     raise
@@ -189,17 +238,17 @@ def compare_models(
     return ValidationReport(runs, notes=notes)
 
 
-def _run(model, provider: str, level: str, base_dir, feeds: dict, what: str) -> list:
-    """`model`'s outputs; `NormfuseError` when it cannot run on these inputs (a model the user
-    must give other inputs or dims for, not a failed check)."""
+def _run(model, provider: str, level: str, base_dir, feeds: dict, hint: str) -> list:
+    """The original's outputs; `NormfuseError` when it cannot run on these inputs (a model the
+    user must give other inputs or dims for, not a failed check): ORT's message, then `hint`."""
     try:
         return sessions.create(model, provider, level, base_dir).run(None, feeds)
     except NormfuseError:
         raise
     except Exception as error:
         raise NormfuseError(
-            f"{what} does not run on the validation inputs ({provider}, level {level}): "
-            f"{type(error).__name__}: {first_line(error)} (give --dims or --inputs)"
+            f"the original does not run on the validation inputs ({provider}, level {level}): "
+            f"{runtime_message(error)} ({hint})"
         ) from None
 
 
@@ -252,14 +301,8 @@ def _float64_reference(
     try:
         return sessions.create(wide, "cpu").run(None, wide_feeds), "float64 reference: CPU"
     except Exception as error:
-        reason = _reason(error)
+        reason = runtime_message(error, 200)
         return None, f"no float64 reference (ONNX Runtime cannot run it in float64): {reason}"
-
-
-def _reason(error: Exception, width: int = 200) -> str:
-    """ONNX Runtime's message without its status prefix, shortened at a word boundary."""
-    text = re.sub(r"^.*\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", first_line(error, 10_000))
-    return textwrap.shorten(text, width, placeholder=" ...")
 
 
 def check_sites(

@@ -1,16 +1,18 @@
 """Group norm on CPU: the decomposed spellings against every fused form, at diffusion shapes.
 
-One group norm (32 groups, per-channel scale and bias) of x [1, C, H, W] float32, written as:
+One group norm (32 groups, per-channel scale and bias) of x [1, C, *S] float32, written as:
 - `decomposed`: Reshape [N, G, -1] -> ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div -> Reshape
   back -> Mul(gamma) -> Add(beta) (the statistics spelled out);
 - `instance-norm`: the statistics as InstanceNormalization(ones, zeros) (PyTorch's TorchScript
   export, and dynamo's at opset 18);
 - `layer-norm`: the statistics as LayerNormalization(axis=-1) of the [N, G, -1] tensor;
 - `group-norm-21`: one GroupNormalization-21 node (a model at opset 21; what dynamo writes there);
-- `normfuse`: what `normfuse.optimize` makes of `decomposed` (with --passes group-norm).
+- `normfuse`: what `normfuse.optimize` makes of `decomposed` (with --passes group-norm);
+- `normfuse-gn21`: what it makes of `group-norm-21` (the layer-norm form, from the node).
 `com.microsoft.GroupNorm` is not timed: the script shows that ORT cannot create a CPU session
 for it.
-Each form's error on a group with a large mean is printed first. Timed side by side in interleaved
+Each form's error against float64 on groups with a large mean and on constant groups is printed
+first. Timed side by side in interleaved
 rounds (`normfuse.bench`), ORT levels disable and all, one
 intra-op thread by default. The first model of each group is the baseline of the ratios.
 
@@ -33,7 +35,8 @@ from models.builders import GraphBuilder, GroupNormSpec, add_group_norm
 from normfuse import bench
 
 GROUPS = 32
-SHAPES = ((320, 64, 64), (640, 32, 32), (1280, 16, 16))
+# issue 26's shapes (batch one): three NCHW, one [N, C, L], one [N, C, D, H, W].
+SHAPES = ((320, 64, 64), (128, 128, 128), (512, 32, 32), (256, 1024), (320, 8, 32, 32))
 FLOAT = onnx.TensorProto.FLOAT
 
 
@@ -65,11 +68,15 @@ def _params(channels: int) -> list[onnx.TensorProto]:
     return [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta")]
 
 
+def _per_channel(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (shape[1], *(1,) * (len(shape) - 2))
+
+
 def layer_norm_form(shape: tuple[int, ...]) -> onnx.ModelProto:
     """Reshape -> LayerNormalization(axis=-1) -> Reshape -> Mul -> Add."""
     channels = shape[1]
     inner = int(np.prod(shape[1:])) // GROUPS
-    gamma, beta = (numpy_helper.to_array(p).reshape(channels, 1, 1) for p in _params(channels))
+    gamma, beta = (numpy_helper.to_array(p).reshape(_per_channel(shape)) for p in _params(channels))
     initializers = [
         numpy_helper.from_array(np.array([0, GROUPS, -1], np.int64), "grouped_shape"),
         numpy_helper.from_array(np.array(shape, np.int64), "shape"),
@@ -129,33 +136,53 @@ def forms(shape: tuple[int, ...]) -> list[bench.BenchModel]:
     """Every form of one group norm at `shape`, the decomposed spelling first."""
     decomposed = spelled(shape, "decomposed")
     fused = normfuse.optimize(decomposed, passes="group-norm").model
+    node = group_normalization_21(shape)
+    rewritten = normfuse.optimize(node, passes="group-norm").model
     return [
         bench.BenchModel("decomposed", decomposed),
         bench.BenchModel("instance-norm", spelled(shape, "instance_norm")),
         bench.BenchModel("layer-norm", layer_norm_form(shape)),
-        bench.BenchModel("group-norm-21", group_normalization_21(shape)),
+        bench.BenchModel("group-norm-21", node),
         bench.BenchModel("normfuse", fused),
+        bench.BenchModel("normfuse-gn21", rewritten),
     ]
 
 
-def accuracy(models: list[bench.BenchModel], shape: tuple[int, ...]) -> str:
-    """Each form's largest error against float64 NumPy on x = 1000 + N(0, 0.01) (a group whose
-    mean is large against its spread), all run with ORT optimisations disabled."""
+def accuracy_inputs(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Rows that stress the statistics: every group with a large mean against its spread
+    (1000 + N(0, 0.01)), and every group constant (a different value per group, zero variance)."""
     rng = np.random.default_rng(0)
-    x = (1e3 + rng.normal(0, 1e-2, shape)).astype(np.float32)
+    large = (1e3 + rng.normal(0, 1e-2, shape)).astype(np.float32)
+    levels = rng.uniform(-1e3, 1e3, (shape[0], GROUPS, 1))
+    flat = np.broadcast_to(levels, (shape[0], GROUPS, int(np.prod(shape[1:])) // GROUPS))
+    return {"1000 + N(0, 0.01)": large, "constant groups": flat.reshape(shape).astype(np.float32)}
+
+
+def _reference(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Group norm of `x` in float64 NumPy (two-pass statistics), with the benchmark's affine."""
     grouped = x.astype(np.float64).reshape(shape[0], GROUPS, -1)
     centered = grouped - grouped.mean(-1, keepdims=True)
     normed = (centered / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)).reshape(shape)
     gamma, beta = (numpy_helper.to_array(p).astype(np.float64) for p in _params(shape[1]))
-    reference = normed * gamma[:, None, None] + beta[:, None, None]
+    return normed * gamma.reshape(_per_channel(shape)) + beta.reshape(_per_channel(shape))
+
+
+def accuracy(models: list[bench.BenchModel], shape: tuple[int, ...]) -> str:
+    """Each form's largest error against float64 NumPy on each of `accuracy_inputs`, all run with
+    ORT optimisations disabled (nan where the form's output has a NaN or inf)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    errors = []
-    for model in models:
-        session = ort.InferenceSession(model.model.SerializeToString(), options)
-        error = np.max(np.abs(session.run(None, {"x": x})[0] - reference))
-        errors.append(f"{model.name} {error:.2e}")
-    return "max error vs float64 at x = 1000 + N(0, 0.01): " + ", ".join(errors)
+    lines = []
+    for label, x in accuracy_inputs(shape).items():
+        reference = _reference(x, shape)
+        errors = []
+        for model in models:
+            session = ort.InferenceSession(model.model.SerializeToString(), options)
+            got = session.run(None, {"x": x})[0]
+            error = np.max(np.abs(got - reference)) if np.all(np.isfinite(got)) else np.nan
+            errors.append(f"{model.name} {error:.2e}")
+        lines.append(f"max error vs float64 at {label}: " + ", ".join(errors))
+    return "\n".join(lines)
 
 
 def _shape(text: str) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""The README's performance table: every committed real model, original vs normfuse (default and
+"""docs/benchmarks.md's table: every committed real model, original vs normfuse (default and
 `--tune-for cpu`) vs ONNX Runtime's transformers optimizer (python fusions only: all of them, and
 its norm fusions alone), at ORT levels disable and all, CPU, batch 1.
 

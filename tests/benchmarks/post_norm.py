@@ -1,4 +1,4 @@
-"""The post-norm residual chain from the README's "fastest settings" section, tuned.
+"""The post-norm residual chain from docs/benchmarks.md's "fastest settings" section, tuned.
 
 48 blocks of `h = LayerNormalization(h + h * c_i)` over a [1, 128, 768] float32 tensor (post-norm
 residual stream; the `Add` feeding each norm is what ORT's SkipLayerNormFusion fuses). Runs

@@ -1,0 +1,112 @@
+"""The records a pass and the driver exchange: `Site` (fuse this), `NearMiss` (why not),
+`FusedNode` (what replaces a site) and `Reject` (a check's refusal). A leaf module: it imports
+nothing of normfuse, so passes, checks, the final check and the guard can all use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+INTERMEDIATE_USED_ELSEWHERE = "intermediate-used-elsewhere"
+
+
+class Reject(Exception):
+    """Raised by a pass's check: the match is not the family's function. `reason` is a stable
+    kebab-case code; the driver reports it as a `NearMiss` at the site's key node."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class FusedNode:
+    """The node that replaces a site: inputs are graph tensors, new constants, or None (absent);
+    with `output_cast`, a Cast to that element type follows it and produces the site's output."""
+
+    op: str
+    domain: str
+    attrs: dict
+    inputs: tuple[gs.Tensor | np.ndarray | None, ...]
+    output_cast: int | None = None
+    # (output index, tensor): existing tensors the fused node also produces (a Skip op's sum),
+    # where something outside the site still uses them.
+    extra_outputs: tuple[tuple[int, gs.Tensor], ...] = ()
+    # (perm before, perm after): Transposes around the node (channel-first layer norm).
+    layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # With `input_cast`, the first input is cast to that element type first (a float16 norm
+    # computed by the float32 kernel: see `norm_checks.widened_float16`).
+    input_cast: int | None = None
+    # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
+    # applies its affine after casting the statistics' result back.
+    after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    # (grouped shape, shape back): a Reshape of the first input before the node and one of its
+    # output after it (inside the `after_cast` affine): a GroupNormalization node rewritten.
+    grouping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class Site:
+    """One subgraph that will be (or was) fused."""
+
+    kind: str
+    op: str
+    domain: str
+    axis: int
+    epsilon: float
+    input: str
+    output: str
+    removed_nodes: tuple[str, ...]  # names, or `Op->output` for unnamed nodes
+    fused: FusedNode = field(repr=False, compare=False)
+    opset: int = 0
+    ort_only: bool = False
+    # Identities of the matched nodes (names may be empty or repeated): for overlap decisions.
+    node_ids: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
+    # The matched output tensor itself (set by the driver): rewired by identity, never by name.
+    root: gs.Tensor | None = field(default=None, repr=False, compare=False)
+    # (domain, name) of the model-local function whose body holds the site; None: the main
+    # graph or a body nested in it (set by the driver).
+    function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+
+    def input_names(self) -> tuple[str, ...]:
+        """The graph tensors the fused node reads (its non-constant inputs), first one first."""
+        return tuple(
+            value.name
+            for value in self.fused.inputs
+            if isinstance(value, gs.Variable) and value.name
+        )
+
+    def as_dict(self) -> dict:
+        """The JSON form of DESIGN.md's report."""
+        return {
+            "kind": self.kind,
+            "op": self.op,
+            "domain": self.domain,
+            "axis": self.axis,
+            "epsilon": self.epsilon,
+            "input": self.input,
+            "output": self.output,
+            "removed_nodes": list(self.removed_nodes),
+        }
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A subgraph that looks like a normalisation but was not fused, and why."""
+
+    kind: str
+    node: str
+    reason: str
+    detail: str
+
+    def as_dict(self) -> dict:
+        """The JSON form of DESIGN.md's report."""
+        return {"kind": self.kind, "node": self.node, "reason": self.reason, "detail": self.detail}
+
+
+def node_label(node: gs.Node) -> str:
+    """A node's name, or `Op->output` for an unnamed node."""
+    return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"

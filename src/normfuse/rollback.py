@@ -1,0 +1,74 @@
+"""Sites the output guard refuses are rolled back, the rest kept: a rewrite that fails a check the
+original passes is rebuilt with the failing sites left decomposed (near-miss with the guard's
+reason); the model is never refused for one site. The failing sites are found by bisection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from normfuse.errors import NormfuseError
+from normfuse.guard import Failure, OutputGuard
+
+if TYPE_CHECKING:
+    from normfuse import OptimizeResult
+
+Excluded = dict[str, tuple[str, str]]
+Build = Callable[[Excluded], "OptimizeResult"]
+TRIAL = ("output-guard-trial", "left decomposed while the output guard looks for a failing site")
+
+
+def guarded(build: Build, excluded: Excluded, output_guard: OutputGuard) -> OptimizeResult:
+    """`build(excluded)` once `output_guard` accepts it. The sites each failure is attributed to
+    (`culprits`) are added to `excluded` (the caller's dict: later rebuilds keep them out) and
+    the model is rebuilt. Every round leaves at least one more site decomposed, and a rewrite
+    with no site fused is the original itself, which the guard does not check."""
+    while True:
+        result = build(excluded)
+        failure = failure_of(result, output_guard)
+        if failure is None:
+            return result
+        outputs = [site.output for site in result.report.sites]
+        found = culprits(build, excluded, outputs, failure, output_guard)
+        if set(found) <= set(excluded):  # an exclusion that did not take: never loop
+            raise NormfuseError(f"the output guard refused the rewrite: {failure.detail}")
+        excluded |= found
+
+
+def failure_of(result: OptimizeResult, output_guard: OutputGuard) -> Failure | None:
+    """The guard's verdict on `result` (None where nothing was fused)."""
+    sites = result.report.sites
+    if not sites:
+        return None
+    return output_guard.failure(result.model, any(site.ort_only for site in sites))
+
+
+def culprits(
+    build: Build,
+    excluded: Excluded,
+    outputs: list[str],
+    failure: Failure,
+    output_guard: OutputGuard,
+) -> Excluded:
+    """The sites (by output) among `outputs` that make the rewrite fail, each with its reason. A
+    failing group is split and each half fused alone (the other sites left decomposed); a site
+    that fails alone is a culprit, reported with its own failure. Where neither half fails
+    alone, the failure needs sites together and the whole group is rolled back. About
+    2·log2(n) rebuilds per failing site; none for a rewrite of one site."""
+
+    def alone(group: list[str]) -> Failure | None:
+        others = {output: TRIAL for output in outputs if output not in group}
+        return failure_of(build(excluded | others), output_guard)
+
+    def search(group: list[str], why: Failure) -> Excluded:
+        if len(group) == 1:
+            return {group[0]: (why.reason, f"{why.detail}; left decomposed")}
+        found: Excluded = {}
+        for half in (group[: len(group) // 2], group[len(group) // 2 :]):
+            half_failure = alone(half)
+            if half_failure is not None:
+                found |= search(half, half_failure)
+        together = f"{why.detail} (with {len(group)} sites together); left decomposed"
+        return found or {output: (why.reason, together) for output in group}
+
+    return search(outputs, failure)

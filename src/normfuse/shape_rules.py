@@ -1,0 +1,95 @@
+"""The allow-list of operators whose shape inference ONNX Runtime agrees with.
+
+onnx's shape inference and ONNX Runtime disagree on some operators (`MaxPool`/`AveragePool` with
+`ceil_mode=1`: onnx says 4 where ONNX Runtime computes 3; `ConvTranspose` with `SAME_*` and
+`output_padding`). A dim inferred through an operator that is not listed here is not trusted.
+Each entry is checked by tests/test_ort_shape_agreement.py, which builds tiny models over the
+operator's attribute space and compares onnx's inferred output shapes (with data propagation)
+with the shapes ONNX Runtime produces; an operator enters this list only with such a sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnx
+
+
+def _ops(names: str) -> frozenset[str]:
+    return frozenset(names.split())
+
+
+# Every dim of every output is trusted.
+FULL = 1 << 30
+
+# Output shape equals the first input's (the others are parameters): a partly trusted input
+# gives a partly trusted output, dim for dim.
+SAME_SHAPE = _ops(
+    "Identity Cast Neg Abs Sqrt Reciprocal Exp Log Tanh Erf Sigmoid Relu LeakyRelu Elu Selu "
+    "Softplus Softsign HardSigmoid HardSwish Gelu Floor Ceil Round Sign Not Sin Cos IsNaN "
+    "IsInf Clip Softmax LogSoftmax Dropout"
+)
+BROADCAST = _ops(
+    "Add Sub Mul Div Pow Max Min Sum Mean Equal Less Greater LessOrEqual GreaterOrEqual And "
+    "Or Xor Where Mod CastLike"
+)
+SHAPE_OPS = _ops(
+    "Constant Shape Size Reshape Transpose Unsqueeze Squeeze Concat Gather GatherElements GatherND "
+    "Slice Flatten Expand Tile ConstantOfShape Range Split"
+)
+REDUCE = _ops("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceSumSquare ReduceL2")
+OTHER = _ops(
+    "MatMul Gemm LayerNormalization InstanceNormalization BatchNormalization "
+    "GlobalAveragePool GlobalMaxPool Pad"
+)
+
+
+def _full(_node: onnx.NodeProto) -> int:
+    return FULL
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def _pool(node: onnx.NodeProto) -> int:
+    """`ceil_mode=1`: onnx and ONNX Runtime round the last window differently (batch and channel
+    dims still agree)."""
+    return FULL if _attribute(node, "ceil_mode", 0) == 0 else 2
+
+
+def _conv_transpose(node: onnx.NodeProto) -> int:
+    """`SAME_*` with `output_padding`: onnx adds the padding to a total size ONNX Runtime
+    already reached (11 vs 10); `output_shape`: not swept. Batch and output channels agree."""
+    auto_pad = _attribute(node, "auto_pad", b"NOTSET")
+    padded = any(_attribute(node, "output_padding", []))
+    if (auto_pad in (b"SAME_UPPER", b"SAME_LOWER") and padded) or _attribute(
+        node, "output_shape", None
+    ):
+        return 2
+    return FULL
+
+
+RULES: dict[str, Callable[[onnx.NodeProto], int]] = {
+    **{op: _full for op in SAME_SHAPE | BROADCAST | SHAPE_OPS | REDUCE | OTHER},
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "Conv": _full,
+    "ConvTranspose": _conv_transpose,
+}
+
+
+def trusted_dims(node: onnx.NodeProto) -> int | None:
+    """How many leading dims of each output of `node` ONNX Runtime agrees with, given inputs it
+    agrees with (`FULL`: all; a number: the rank and that many dims); None: not even the rank
+    (an operator not on the allow-list, another domain, or an attribute referenced from a
+    function's caller)."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if any(attribute.ref_attr_name for attribute in node.attribute):
+        return None
+    rule = RULES.get(node.op_type)
+    return None if rule is None else rule(node)
