@@ -33,74 +33,6 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a3_lppool_l5_k2_s2_p11_d1_rms_sum_div": ("ADV3-15", ("default", "onnx", "skip", "validate")),
     "a3_lppool_l5_k2_s2_p11_d1_ln_sum_div": ("ADV3-15", ("default", "onnx", "skip", "validate")),
     "a3_lppool_l7_k2_s2_p11_d1_rms_sum_div": ("ADV3-15", ("default", "onnx", "skip", "validate")),
-    "a3_maxpool_l8_k2_s2_same_upper_d2_ceil0_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l7_k3_s1_same_upper_d2_ceil0_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l8_k3_s2_same_lower_d2_ceil0_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l8_k2_s1_same_lower_d2_ceil0_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_averagepool_l8_k2_s2_same_upper_d2_ceil0_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_averagepool_l8_k3_s1_same_lower_d2_ceil0_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l8_same_upper_ceil0_in_then_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l8_same_upper_ceil0_in_else_ln_noaffine": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l8_same_upper_ceil0_in_else_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_l8_same_upper_ceil0_in_else_gn": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_averagepool_l8_same_upper_ceil0_in_then_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_averagepool_l8_same_upper_ceil0_in_else_ln_noaffine": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_averagepool_l8_same_upper_ceil0_in_else_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_averagepool_l8_same_upper_ceil0_in_else_gn": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_same_d2_loop_ln_noaffine": ("ADV3-14", ("default", "onnx", "skip", "validate")),
-    "a3_maxpool_same_d2_loop_rms_sum_div": ("ADV3-14", ("default", "onnx", "skip", "validate")),
-    "a3_maxpool_same_d2_loop_gn": ("ADV3-14", ("default", "onnx", "skip", "validate")),
-    "a3_maxpool_same_d2_function_in_else_ln_noaffine": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_same_d2_function_in_else_rms_sum_div": (
-        "ADV3-14",
-        ("default", "onnx", "skip", "validate"),
-    ),
-    "a3_maxpool_same_d2_function_in_else_gn": ("ADV3-14", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reduceprod_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reducesum_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reducemean_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
@@ -118,17 +50,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a3_fold_rms_cast_int64_272_uint8": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reducesum_empty_axes_noop0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reducesumsquare_noop0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_res_ln_op_as": ("ADV3-05", ("skip",)),
-    "a3_res_ln_op_ab_s": ("ADV3-05", ("skip",)),
-    "a3_res_ln_op_ab_s_sum_used": ("ADV3-05", ("skip",)),
-    "a3_res_ln_op_s_ab": ("ADV3-05", ("skip",)),
-    "a3_res_ln_op_ba_s": ("ADV3-05", ("skip",)),
-    "a3_res_ln_prenorm_chain_bias_first": ("ADV3-05", ("skip",)),
-    "a3_res_ln_prenorm_chain_bias_last": ("ADV3-05", ("skip",)),
     "a3_gn_diffusers_f16_cast_first": ("ADV3-10", ("default", "onnx", "skip", "validate")),
-    "a3_gn_mean_minus_x_share_std": ("ADV3-09", ("default", "onnx", "skip", "validate")),
-    "a3_gn_mean_minus_x": ("ADV3-09", ("default", "onnx", "skip", "validate")),
-    "a3_gn_mean_minus_x_both": ("ADV3-09", ("default", "onnx", "skip", "validate")),
 }
 
 C_SHAPES, C_FUNCTIONS, C_FOLDER, C_RESIDUAL, C_GROUP = (

@@ -155,7 +155,15 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     io = checks.fused_io(match, context)
     _check_statistics(match, context, 3, (-1,), inner, (shape[0], groups, 1))
     eps = checks.epsilon(match, context)
-    return checks.fused_site(KIND, match, context, io, -1, eps, (np.ones(inner, io.dtype), None))
+    scale = _unit_scale(match, inner, io)
+    return checks.fused_site(KIND, match, context, io, -1, eps, (scale, None))
+
+
+def _unit_scale(match: Match, shape, io) -> np.ndarray:
+    """The fused node's scale: ones, or minus ones for a `(mean - x) / std` numerator (exact:
+    `(mean - x) / std == (x - mean) / std * -1`; the affine after it stays the model's)."""
+    sign = -1 if "negated_numerator" in match else 1
+    return np.full(shape, sign, io.dtype)
 
 
 def _group_normalization_site(match: Match, context: Context) -> Site | None:
@@ -251,8 +259,8 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     _check_statistics(match, context, rank, axes, int(np.prod(spatial)))
     _check_channel_affine(match.root, context, channels, rank)
     eps = checks.epsilon(match, context)
-    ones = np.ones(spatial, io.dtype)
-    return checks.fused_site(KIND, match, context, io, 2 - rank, eps, (ones, None))
+    scale = _unit_scale(match, spatial, io)
+    return checks.fused_site(KIND, match, context, io, 2 - rank, eps, (scale, None))
 
 
 def _grouped_layout(

@@ -28,7 +28,7 @@ def test_the_planted_fault_still_matches_exactly_once(mutant) -> None:
 def test_an_epsilon_fault_in_the_skip_form_is_killed() -> None:
     """Epsilon x10 in every Skip* node: the skip-norm numerics on adversarial inputs catch it
     (on N(0, 1) inputs alone they did not)."""
-    selection = "tests/test_skip_norm.py::test_fuses_residual_add_with_the_sum_as_fourth_output"
+    selection = "tests/test_skip_exactness.py"
     command = [sys.executable, "tests/mutation/run.py", "eps-x10-skip-norm", "--tests", selection]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

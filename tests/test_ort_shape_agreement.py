@@ -81,6 +81,13 @@ def _pool_cases() -> list[Case]:
     ):
         attrs = {"kernel_shape": [2, 3], "strides": [stride, stride], "auto_pad": auto_pad}
         cases.append(Case(op, [(1, 2, 5, 7)], attrs))
+    # SAME_* with dilations: onnx sizes the output as if undilated (ADV3-14: [2,4,8], k=2, s=2,
+    # dilations 2, SAME_UPPER: onnx 4, ORT 3); AveragePool has dilations from opset 19.
+    for op, auto_pad, length, stride in itertools.product(
+        ("MaxPool", "AveragePool"), ("SAME_UPPER", "SAME_LOWER"), (7, 8, 9), (1, 2)
+    ):
+        attrs = {"kernel_shape": [2], "strides": [stride], "auto_pad": auto_pad, "dilations": [2]}
+        cases.append(Case(op, [(2, 4, length)], attrs, opset=19))
     cases += [Case(op, [(2, 3, 5, 4)]) for op in ("GlobalAveragePool", "GlobalMaxPool")]
     return cases
 

@@ -240,6 +240,11 @@ REASONS = (
     ),
     Reason("skip-cast", "the residual sum is cast to another type before the norm", ("skip_norm",)),
     Reason(
+        "skip-less-accurate",
+        "ONNX Runtime's SkipLayerNormalization is less accurate than Add + LayerNormalization",
+        ("skip_norm",),
+    ),
+    Reason(
         "skip-float16-sum",
         "the model rounds a float16 residual sum before the norm; the kernel does not",
         ("skip_norm",),

@@ -56,9 +56,15 @@ def _attribute(node: onnx.NodeProto, name: str, default: object) -> object:
 
 
 def _pool(node: onnx.NodeProto) -> int:
-    """`ceil_mode=1`: onnx and ONNX Runtime round the last window differently (batch and channel
-    dims still agree)."""
-    return FULL if _attribute(node, "ceil_mode", 0) == 0 else 2
+    """`ceil_mode=1`: onnx and ONNX Runtime round the last window differently; `auto_pad=SAME_*`
+    with a dilation: onnx sizes the output as if undilated (ADV3-14). Batch and channel dims
+    still agree."""
+    if _attribute(node, "ceil_mode", 0) != 0:
+        return 2
+    same = _attribute(node, "auto_pad", b"NOTSET") in (b"SAME_UPPER", b"SAME_LOWER")
+    if same and any(d != 1 for d in _attribute(node, "dilations", [])):
+        return 2
+    return FULL
 
 
 def _conv_transpose(node: onnx.NodeProto) -> int:
