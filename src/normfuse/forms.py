@@ -67,9 +67,11 @@ class FormChoice:
     def detail(self, skip_op: str, norm_op: str) -> str:
         """The near-miss text when the Skip form was not chosen."""
         low, high = self.interval
+        timed = "[" + ", ".join(str(dim) for dim in self.shape) + "]"
+        model = self.model_shape if self.model_shape not in (None, timed) else None
+        where = "" if model is None else f" for the model's {model}"
         timing = (
-            f"{skip_op} timed at {list(self.shape)} for the model's "
-            f"{self.model_shape or list(self.shape)} on {self.provider}: {self.ratio:.2f}x "
+            f"{skip_op} timed at {timed}{where} on {self.provider}: {self.ratio:.2f}x "
             f"Add + {norm_op} [{low:.2f}, {high:.2f}]"
         )
         if self.reason() == "less-accurate" and self.errors is not None:
