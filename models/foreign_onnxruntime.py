@@ -497,7 +497,12 @@ def _skip_format(fmt: int, multi_output_add: bool = False):
     return g.model(outs)
 
 
-SKIP_LN = {"layer-norm": 1, "skip-norm": 1}
+# normfuse leaves every layer-norm residual (its layer norm still fuses): ONNX Runtime's CPU
+# SkipLayerNormalization was measured less accurate than Add + LayerNormalization on offset rows.
+SKIP_LN_LEFT = (
+    "SkipLayerNormalization is left (skip-less-accurate): its CPU kernel was measured further "
+    "from float64 than Add + LayerNormalization on offset rows (ADV3-05)"
+)
 for _fmt in (1, 2, 3):
     case(
         f"ort_skip_layer_norm_format{_fmt}",
@@ -505,9 +510,10 @@ for _fmt in (1, 2, 3):
         f"{CC} :: SkipLayerNormFusionTest (skip_layer_norm_format{_fmt})",
         "fuse: SkipLayerNormalization" + (" with the bias" if _fmt < 3 else ""),
         "fuse",
-        sites=SKIP_LN,
+        sites=LN,
         passes=SKIP_PASSES,
-        note="the generator's Neg output is not a graph output there; here it is one",
+        note="the generator's Neg output is not a graph output there; here it is one. "
+        + SKIP_LN_LEFT,
     )(lambda f=_fmt: _skip_format(f))
 for _fmt in (1, 2):
     case(
@@ -516,8 +522,9 @@ for _fmt in (1, 2):
         f"{CC} :: SkipLayerNormFusionTest (skip_layer_norm_format{_fmt}_partial)",
         "fuse: SkipLayerNormalization without the bias (the bias Add has another reader)",
         "fuse",
-        sites=SKIP_LN,
+        sites=LN,
         passes=SKIP_PASSES,
+        note=SKIP_LN_LEFT,
     )(lambda f=_fmt: _skip_format(f, True))
 case(
     "ort_skip_layer_norm_format3_no_fusion",
@@ -561,9 +568,10 @@ case(
     ORT,
     f"{CC} :: SkipLayerNormFusionCurrentOpsetTest",
     "fuse: SkipLayerNormalization",
-    "fuse",
-    sites={"skip-norm": 1},
+    "keep",
+    reasons={"skip-less-accurate"},
     passes=SKIP_PASSES,
+    note=SKIP_LN_LEFT,
 )(lambda: _add_then_layer_norm(23, [64]))
 case(
     "ort_skip_layer_norm_3d_gamma",
@@ -590,10 +598,11 @@ for _label, _kw in _PY_CASES.items():
         ORT,
         f"{PY} :: test_skip_layer_norm_{_label}",
         "fuse: SkipLayerNormalization" + (" with the bias" if "bias" in _kw else ""),
-        "fuse",
-        sites={"skip-norm": 1},
+        "keep",
+        reasons={"skip-less-accurate"},
         passes=SKIP_PASSES,
-        note="built at opset 17 (their opset 16 has no standard LayerNormalization)",
+        note="built at opset 17 (their opset 16 has no standard LayerNormalization). "
+        + SKIP_LN_LEFT,
     )(lambda kw=_kw: _add_then_layer_norm(17, [3], **kw))
 
 

@@ -219,10 +219,11 @@ for _name, _kw in (("skip_ln_no_bias", {}), ("skip_ln_post_bias", {"bias": "post
         OS,
         f"{SKIP} :: test_{_name}",
         "fuse: SkipLayerNormalization",
-        "fuse",
-        sites={"skip-norm": 1},
+        "keep",
+        reasons={"skip-less-accurate", "skip-shape"},  # post bias: a graph input, not [H]-shaped
         passes=SKIP_PASSES,
-        gap=SKIP_POST_BIAS_GAP if _kw.get("bias") == "post" else None,
+        note="SkipLayerNormalization is left (skip-less-accurate): measured less accurate than "
+        "Add + LayerNormalization on offset rows (ADV3-05)",
     )(lambda kw=_kw: _skip("ln", **kw))
 case(
     "os_skip_no_add_no_fusion",
