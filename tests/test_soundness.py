@@ -288,27 +288,32 @@ def test_function_attribute_references_are_not_values(config, keepdims):
 
 
 def test_skip_norm_with_3d_gamma_meets_the_kernel_contract():
-    """A LayerNormalization with a [1,1,8] scale after a residual Add: SkipLayerNormalization
-    needs 1-D gamma and beta, so the fused node must get them (or the site stays)."""
+    """An RMS norm (RMSNormalization-23) with a [1,1,8] scale after a residual Add: the Skip op
+    needs a 1-D gamma, so the fused node must get it (or the site stays). A LayerNormalization
+    there is left `skip-less-accurate`."""
     text = """
-    <ir_version: 8, opset_import: ["": 17]>
+    <ir_version: 10, opset_import: ["": 23]>
     skip (float[2,3,8] a, float[2,3,8] b) => (float[2,3,8] y)
-    <float[1,1,8] gamma = {1.5, -2, 0.5, 1, 3, -1, 0.25, 2},
-     float[1,1,8] beta = {0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 0.7, 0.8}>
+    <float[1,1,8] gamma = {1.5, -2, 0.5, 1, 3, -1, 0.25, 2}>
     {
       s = Add (a, b)
-      y = LayerNormalization <axis = -1, epsilon = 1e-5> (s, gamma, beta)
+      y = RMSNormalization <axis = -1, epsilon = 1e-5> (s, gamma)
     }
     """
     model = onnx.parser.parse_model(text)
     rows = adversarial_rows((2, 3, 8))
     feeds = [{"a": r, "b": r[::-1].copy()} for r in rows]
     report = assert_sound(model, feeds, CONFIGS["skip"])
-    assert [site.op for site in report.sites] == ["SkipLayerNormalization"]
+    assert [site.op for site in report.sites] == ["SkipSimplifiedLayerNormalization"]
     fused = normfuse.optimize(model, passes="skip-norm").model
-    skip = next(n for n in fused.graph.node if n.op_type == "SkipLayerNormalization")
+    skip = next(n for n in fused.graph.node if n.op_type == "SkipSimplifiedLayerNormalization")
     shapes = {t.name: list(t.dims) for t in fused.graph.initializer}
-    assert [shapes[name] for name in skip.input[2:]] == [[8], [8]]
+    assert [shapes[name] for name in skip.input[2:]] == [[8]]
+    layer_norm = onnx.parser.parse_model(
+        text.replace("RMSNormalization", "LayerNormalization")
+    )
+    left = normfuse.optimize(layer_norm, passes="skip-norm").report
+    assert left.sites == [] and [m.reason for m in left.near_misses] == ["skip-less-accurate"]
 
 
 def _norm_in_branch_model() -> onnx.ModelProto:
