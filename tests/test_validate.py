@@ -389,3 +389,22 @@ def test_table_without_a_worse_candidate_has_no_such_note() -> None:
     outputs = (comparison("y", 2.0e-3, 2.0e-3),)
     table = ValidationReport([RunComparison("cpu", "all", outputs)]).table()
     assert "further" not in table
+
+
+def test_models_with_other_inputs_are_named_plainly(tmp_path: Path, capsys) -> None:
+    """Two models with other graph inputs: one line naming each side's inputs, no list repr."""
+    first = norm_model(LayerNormSpec(), shape=(1, 4, 16))
+    second = onnx.ModelProto()
+    second.CopyFrom(first)
+    second.graph.input[0].name = "renamed"
+    for node in second.graph.node:
+        node.input[:] = [
+            "renamed" if name == first.graph.input[0].name else name for name in node.input
+        ]
+    paths = [tmp_path / "a.onnx", tmp_path / "b.onnx"]
+    onnx.save(first, paths[0])
+    onnx.save(second, paths[1])
+    assert main(["validate", str(paths[0]), str(paths[1])]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "[" not in error
+    assert f"{first.graph.input[0].name} in the original, renamed in the candidate" in error

@@ -49,7 +49,8 @@ _ORT_ERRORS = tuple(
 EXIT_CODES = (
     "exit codes: 0 success; 1 a check failed (numerics differ, inspect --check found unfused "
     "sites; for several models, the worst status of any); 2 bad usage or an input that cannot be "
-    "used (one line on stderr, no output left behind)"
+    "used (one line on stderr, no output left behind); 130 interrupted (SIGINT), 143 terminated "
+    "(SIGTERM), uncommitted outputs removed"
 )
 JSON_NOTE = (
     "JSON: --report FILE writes the command's JSON record to FILE, or to stdout with "

@@ -285,7 +285,10 @@ def _check_same_signature(original: onnx.ModelProto, candidate: onnx.ModelProto)
         before = [info.name for info in getattr(original.graph, field_name)]
         after = [info.name for info in getattr(candidate.graph, field_name)]
         if before != after:
-            raise NormfuseError(f"the models' graph {field_name}s differ: {before} vs {after}")
+            raise NormfuseError(
+                f"the models' graph {field_name}s differ: {', '.join(before) or '(none)'} in the "
+                f"original, {', '.join(after) or '(none)'} in the candidate"
+            )
 
 
 def _float64_reference(
