@@ -30,9 +30,6 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, mod
 # What still fails after merging main's fixes for issue 21 (22:55 UTC; before the merge 200
 # cases failed somewhere: docs/adversary3-findings.md).
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "a3_lppool_l5_k2_s2_p11_d1_rms_sum_div": ("ADV3-15", ("default", "onnx", "skip", "validate")),
-    "a3_lppool_l5_k2_s2_p11_d1_ln_sum_div": ("ADV3-15", ("default", "onnx", "skip", "validate")),
-    "a3_lppool_l7_k2_s2_p11_d1_rms_sum_div": ("ADV3-15", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reduceprod_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reducesum_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
     "a3_fold_rms_reducemean_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),

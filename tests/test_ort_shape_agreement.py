@@ -88,6 +88,11 @@ def _pool_cases() -> list[Case]:
     ):
         attrs = {"kernel_shape": [2], "strides": [stride], "auto_pad": auto_pad, "dilations": [2]}
         cases.append(Case(op, [(2, 4, length)], attrs, opset=19))
+    for length, kernel, stride, pad, ceil in itertools.product(
+        (5, 6, 7), (2, 3), (1, 2), (0, 1), (0, 1)
+    ):
+        attrs = {"kernel_shape": [kernel], "strides": [stride], "pads": [pad, pad], "p": 2}
+        cases.append(Case("LpPool", [(2, 3, length)], attrs | {"ceil_mode": ceil}, opset=18))
     cases += [Case(op, [(2, 3, 5, 4)]) for op in ("GlobalAveragePool", "GlobalMaxPool")]
     return cases
 

@@ -83,6 +83,9 @@ RULES: dict[str, Callable[[onnx.NodeProto], int]] = {
     **{op: _full for op in SAME_SHAPE | BROADCAST | SHAPE_OPS | REDUCE | OTHER},
     "MaxPool": _pool,
     "AveragePool": _pool,
+    # Its output length is onnx's rule where ORT may round otherwise (`ceil_mode`, like the pools
+    # above), not swept per configuration: the rank, batch and channels only (ADV3-15).
+    "LpPool": lambda node: 2,
     "Conv": _full,
     "ConvTranspose": _conv_transpose,
 }
