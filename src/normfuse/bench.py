@@ -33,17 +33,9 @@ import onnxruntime as ort
 from normfuse import openvino_runtime, sessions
 from normfuse.errors import NormfuseError
 from normfuse.inputs import graph_inputs, make_inputs
+from normfuse.records import FUSED_NORM_OPS
 
-NORM_OPS = (
-    "LayerNormalization",
-    "SimplifiedLayerNormalization",
-    "RMSNormalization",
-    "SkipLayerNormalization",
-    "SkipSimplifiedLayerNormalization",
-    "GroupNormalization",
-    "InstanceNormalization",
-    "GroupNorm",
-)
+NORM_OPS = (*FUSED_NORM_OPS, "GroupNorm")  # and com.microsoft's GroupNorm
 BOOTSTRAP_RESAMPLES = 2000
 MIN_RUNS_PER_SET = 10
 # Two identical models timed side by side differ by up to about 1%: read ratios within it as equal.

@@ -110,3 +110,15 @@ class NearMiss:
 def node_label(node: gs.Node) -> str:
     """A node's name, or `Op->output` for an unnamed node."""
     return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"
+
+
+# Normalisation ops a model may already hold (the exporter's, or an earlier run's).
+FUSED_NORM_OPS = (
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RMSNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "GroupNormalization",
+    "InstanceNormalization",
+)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from normfuse.records import NearMiss, Site
+from normfuse.records import FUSED_NORM_OPS, NearMiss, Site
 from normfuse.shapes import TensorType
 from normfuse.validate import ValidationReport
 
@@ -125,18 +125,6 @@ def _shape_text(tensor_type: TensorType | None) -> str:
         "?" if dim is None or str(dim).startswith("unk__") else str(dim) for dim in tensor_type[1]
     ]
     return "[" + ", ".join(dims) + "]"
-
-
-# Normalisation ops a model may already hold (the exporter's, or an earlier run's).
-FUSED_NORM_OPS = (
-    "LayerNormalization",
-    "SimplifiedLayerNormalization",
-    "RMSNormalization",
-    "SkipLayerNormalization",
-    "SkipSimplifiedLayerNormalization",
-    "GroupNormalization",
-    "InstanceNormalization",
-)
 
 
 def fused_norm_nodes(model: onnx.ModelProto) -> Counter:
