@@ -433,7 +433,20 @@ def test_progress_line_estimates_the_whole_run_and_shows_the_budget() -> None:
     )
 
 
-def test_bench_time_budget_through_the_cli(tmp_path: Path, capsys) -> None:
+def test_bench_time_budget_through_the_cli(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a clock that advances 1 ms at every read, not the machine's: the first session set
+    already spends the budget, whatever the machine's load."""
+    import itertools
+
+    from normfuse import cli
+
+    ticks = itertools.count()
+    real = cli.BenchOptions
+    monkeypatch.setattr(
+        cli, "BenchOptions", lambda **kwargs: real(**kwargs, clock=lambda: next(ticks) * 1e-3)
+    )
     model = tmp_path / "m.onnx"
     onnx.save(norm_model(LayerNormSpec()), model)
     args = ["bench", str(model), str(model), "--runs", "60", "--warmup", "1", "--threads", "1"]
