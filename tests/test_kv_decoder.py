@@ -197,3 +197,78 @@ def test_weight_read_in_a_loop_inside_an_if_stays_in_the_main_graph() -> None:
     x = rng.normal(1, 2, (2, 5, 16)).astype(np.float32)
     for c in (True, False):
         _assert_close(original, result.model, {"x": x, "c": np.array(c)}, FLOAT32_ATOL)
+
+
+def _branch_norms_with_row_shaped_weights() -> onnx.ModelProto:
+    """Both branches of If(c) layer-normalise x [2, 512] with the outer gamma and beta, stored
+    [1, 512] (the fused node needs [512]: the same elements in another shape)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    hidden, rng = 512, np.random.default_rng(12)
+
+    def branch(name: str) -> onnx.GraphProto:
+        p = f"{name}_"
+        nodes = [
+            helper.make_node("ReduceMean", ["x", "axes"], [p + "mean"]),
+            helper.make_node("Sub", ["x", p + "mean"], [p + "d"]),
+            helper.make_node("Mul", [p + "d", p + "d"], [p + "d2"]),
+            helper.make_node("ReduceMean", [p + "d2", "axes"], [p + "var"]),
+            helper.make_node("Add", [p + "var", "eps"], [p + "shifted"]),
+            helper.make_node("Sqrt", [p + "shifted"], [p + "std"]),
+            helper.make_node("Div", [p + "d", p + "std"], [p + "normed"]),
+            helper.make_node("Mul", [p + "normed", "gamma"], [p + "scaled"]),
+            helper.make_node("Add", [p + "scaled", "beta"], [p + "y"]),
+        ]
+        out = helper.make_tensor_value_info(p + "y", TensorProto.FLOAT, [2, hidden])
+        return helper.make_graph(nodes, name, [], [out])
+
+    axes = numpy_helper.from_array(np.array([-1], np.int64))
+    nodes = [
+        helper.make_node("Constant", [], ["axes"], value=axes),
+        helper.make_node(
+            "If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else")
+        ),
+    ]
+    initializers = [
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, (1, hidden)).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (1, hidden)).astype(np.float32), "beta"),
+        numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, hidden]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+    ]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, hidden])
+    graph = helper.make_graph(nodes, "row_weights", inputs, [output], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def test_row_shaped_external_weights_are_reshaped_not_copied(tmp_path: Path) -> None:
+    """A [1, H] gamma/beta in external data: each branch's fused node reads it through a Reshape;
+    nothing is copied inline or into a branch, and both branches compute what they did."""
+    source, target = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    target.mkdir()
+    original = _branch_norms_with_row_shaped_weights()
+    stored = _branch_norms_with_row_shaped_weights()  # onnx.save moves its weights out
+    onnx.save(stored, source / "m.onnx", save_as_external_data=True, size_threshold=0)
+    result = normfuse.optimize(str(source / "m.onnx"))
+    assert [site.kind for site in result.report.sites] == ["layer-norm"] * 2
+    normfuse.save(result, target / "m.onnx")
+    saved = onnx.load(target / "m.onnx", load_external_data=False)
+    for _, scope in graphs_by_scope(saved.graph):
+        for tensor in scope.initializer:  # inline only the Reshape targets and epsilon
+            external = tensor.data_location == onnx.TensorProto.EXTERNAL
+            assert external or len(tensor.raw_data) <= 8, tensor.name
+    assert initializer_scopes(saved.graph)["gamma"] is None  # still the main graph's
+    fused = onnx.load(target / "m.onnx")
+    rng = np.random.default_rng(13)
+    for c in (True, False):
+        for x in (rng.normal(0, 1, (2, 512)), 1000 + 1e-3 * rng.normal(0, 1, (2, 512))):
+            feeds = {"x": x.astype(np.float32), "c": np.array(c)}
+            expected, actual = run(original, feeds)[0], run(fused, feeds)[0]
+            scale = max(1.0, float(np.abs(expected).max()))
+            limit = FLOAT32_ATOL if abs(x.mean()) < 10 else 3e-2  # offset rows: the LN kernel
+            assert np.abs(expected - actual).max() <= limit * scale

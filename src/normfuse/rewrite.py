@@ -467,14 +467,26 @@ def _fused_inputs(
     return inputs
 
 
+# A constant of at least this many bytes (onnx's external-data threshold) that the site's own
+# initializer holds in another shape is read through a Reshape of it, never copied.
+RESHAPE_RATHER_THAN_COPY = 1024
+
+
 def _constant(
     value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter
-) -> gs.Constant:
-    """The initializer of `own` holding exactly `value`, else a new constant."""
-    same = next(
-        (constant for constant in own if _holds_exactly(constant, value, emitter.reader)), None
-    )
-    return same or emitter.tensor(stem, np.ascontiguousarray(value))
+) -> gs.Tensor:
+    """The initializer of `own` holding exactly `value`; else, for a large `value`, one holding
+    its elements in another shape (a [1, H] scale), read through a Reshape, so a weight is never
+    copied into the graph or a body; else a new constant."""
+    same = next((c for c in own if _holds_exactly(c, value, emitter.reader)), None)
+    if same is not None:
+        return same
+    if value.nbytes >= RESHAPE_RATHER_THAN_COPY:
+        other = next((c for c in own if _holds_exactly(c, value, emitter.reader, True)), None)
+        if other is not None:
+            target = emitter.tensor(f"{stem}/shape", np.array(value.shape, np.int64))
+            return emitter.fed_by(other, "Reshape", {}, stem, (target,))
+    return emitter.tensor(stem, np.ascontiguousarray(value))
 
 
 def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
@@ -483,10 +495,16 @@ def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
     return [tensor for node in nodes for tensor in node.inputs if isinstance(tensor, gs.Constant)]
 
 
-def _holds_exactly(constant: gs.Constant, value: np.ndarray, reader: ConstantReader) -> bool:
-    """Whether `constant` is `value`: the same element type, shape and bytes (its values read
-    through the scope's reader, which already read them for the site's checks)."""
-    if tuple(constant.shape) != value.shape or constant.dtype != value.dtype:
+def _holds_exactly(
+    constant: gs.Constant, value: np.ndarray, reader: ConstantReader, any_shape: bool = False
+) -> bool:
+    """Whether `constant` is `value`: the same element type, shape (or, with `any_shape`, element
+    count) and bytes in order, its values read through the scope's reader, which already read
+    them for the site's checks."""
+    shape = tuple(constant.shape)
+    if constant.dtype != value.dtype or (shape != value.shape and not any_shape):
+        return False
+    if int(np.prod(shape, dtype=np.int64)) != value.size:
         return False
     held = reader.value(constant)
     return held is not None and held.tobytes() == np.ascontiguousarray(value).tobytes()
