@@ -267,12 +267,12 @@ REASONS = (
     Reason(
         "measured-slower",
         "the fused form timed slower than the decomposed one (--tune-for)",
-        ("forms", "skip_norm"),
+        ("forms", "rewrite"),
     ),
     Reason(
         "less-accurate",
         "the Skip* form timed faster but is less accurate than Add + norm (--tune-for)",
-        ("skip_norm",),
+        ("rewrite",),
     ),
     # Facts of the model, and the driver.
     Reason(

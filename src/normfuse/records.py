@@ -1,5 +1,6 @@
 """The records a pass and the driver exchange: `Site` (fuse this), `NearMiss` (why not),
-`FusedNode` (what replaces a site) and `Reject` (a check's refusal). A leaf module: it imports
+`FusedNode` (what replaces a site), `FormQuestion` (a form only a timing can choose) and
+`Reject` (a check's refusal). A leaf module: it imports
 nothing of normfuse, so passes, checks, the final check and the guard can all use it."""
 
 from __future__ import annotations
@@ -20,6 +21,20 @@ class Reject(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+@dataclass(frozen=True)
+class FormQuestion:
+    """A site whose fused form is exact but may be slower than the decomposed one (a residual
+    Add folded into a Skip* op): with `--tune-for` the driver times both forms after every check
+    has passed, and keeps the site only if the fused form wins. Checks never time anything."""
+
+    family: str  # "layer-norm" or "rms-norm": the norm the Skip* op replaces
+    shape: tuple  # the proved shape of the residual sum (dims may be symbolic)
+    elem_type: int
+    bias: bool
+    tensors: tuple[gs.Tensor, ...]  # tensors of that shape (sum, input, skip), for the dims
+    replaced_op: str  # the norm op the Skip* op replaces, for the decision's detail
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,8 @@ class Site:
     # (domain, name) of the model-local function whose body holds the site; None: the main
     # graph or a body nested in it (set by the driver).
     function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    # Set by a pass whose form only a timing can choose (`FormQuestion`); None for the rest.
+    form_question: FormQuestion | None = field(default=None, repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""

@@ -185,12 +185,35 @@ def _decide(
             outcome = replace(outcome, root=found.root)
         if isinstance(outcome, Site) and outcome.output in context.excluded:
             return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
+        if isinstance(outcome, Site):
+            outcome = _timed_form(outcome, node_label(fusion_pass.site_key(found)), context)
         if outcome is None or isinstance(outcome, Site):
             return outcome
         first_miss = first_miss or outcome
         if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:
             break
     return first_miss
+
+
+def _timed_form(site: Site, label: str, context: Context) -> Site | NearMiss:
+    """Policy, after every check has passed: a site whose form only a timing can choose
+    (`FormQuestion`) is kept where `--tune-for` is off or the fused form wins on its provider;
+    otherwise it stays decomposed with the decision's reason."""
+    question, chooser = site.form_question, context.form_chooser
+    if question is None or chooser is None:
+        return site
+    choice = chooser.choose(
+        question.family,
+        question.shape,
+        question.elem_type,
+        question.bias,
+        question.tensors,
+        context.reader,
+    )
+    if choice.use_skip:
+        return site
+    detail = choice.detail(site.op, question.replaced_op)
+    return NearMiss(site.kind, label, choice.reason(), detail)
 
 
 def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Site | None:
