@@ -207,6 +207,7 @@ def _cast_cases() -> list[Case]:
     wide = a([2**40 + 5, -(2**63), 2**31, -1], I64)
     for target in (TensorProto.UINT32, TensorProto.INT16, TensorProto.UINT64, TensorProto.INT32):
         cases.append(Case("Cast", 21, (wide,), {"to": target}))
+    cases.append(Case("Cast", 13, (a(272, I64),), {"to": TensorProto.UINT8}))  # 0-d
     cases += _float_to_int_cases()
     for target, exact in ((TensorProto.FLOAT, [0, -3, 2**24]), (TensorProto.FLOAT16, [7, 2048])):
         cases.append(Case("Cast", 13, (a(exact, I64),), {"to": target}))
@@ -283,6 +284,7 @@ def _float_to_int_cases() -> list[Case]:
         (6, 13, 19, 21), (np.float16, np.float32, np.float64), targets
     ):
         cases.append(Case("Cast", opset, (a(values, source),), {"to": target}))
+    cases.append(Case("Cast", 18, (a(-16.7, np.float32),), {"to": TensorProto.INT64}))  # 0-d
     for values, source, target in [
         ([1.0, np.nan], np.float32, TensorProto.INT64),
         ([np.inf], np.float32, TensorProto.INT32),
@@ -510,6 +512,8 @@ def _elementwise_cases() -> list[Case]:
     ):
         values = specials if dtype in (np.float16, np.float32, np.float64) else [-7, 0, 7, 127]
         cases.append(Case(op, opset, (a(values, dtype),)))
+    for op, dtype in itertools.product(("Neg", "Abs"), (np.float32, I64)):
+        cases.append(Case(op, 13, (a(-16, dtype),)))  # 0-d: a divisor, a dim
     cases += [
         Case("Abs", 13, (a([0, 7, 255], np.uint8),)),
         Case("Neg", 13, (a([1, 3], np.uint8),), declined="invalid"),
@@ -526,6 +530,8 @@ def _elementwise_cases() -> list[Case]:
         for inputs in pairs:
             cases.append(Case("Mod", opset, inputs, {"fmod": fmod}, declined))
     cases += [
+        Case("Mod", 13, (a(-33, I64), a(17, I64))),
+        Case("Mod", 13, (a(-33.0, np.float32), a(17.0, np.float32)), {"fmod": 1}),
         Case("Mod", 13, (a([250, 7], np.uint8), a([17, 3], np.uint8))),
         Case("Mod", 13, (a([-33.5, 2.75], np.float32), a([2.0, -0.5], np.float32)), {"fmod": 1}),
         Case("Mod", 13, (a([7, 1], I64), a([0, 1], I64)), declined="zero-division"),
@@ -546,6 +552,7 @@ def _elementwise_cases() -> list[Case]:
         else:
             pair = (a([[16], [5]], dtype), a([16, 5, 2], dtype))
         cases.append(Case("Equal", opset, pair, declined="invalid" if early else None))
+    cases.append(Case("Equal", 13, (a(16, I64), a(16, I64))))
     cases.append(Case("Equal", 13, (a([16], I64), a([16.0], np.float32)), declined="invalid"))
     return cases
 

@@ -183,12 +183,12 @@ def _neg(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     """-x: floats exactly (the sign bit); signed integers, declined where -x overflows."""
     (value,) = inputs
     if value.dtype.type in FLOAT_DTYPES:
-        return np.negative(value)
+        return np.asarray(np.negative(value))  # 0-d stays an array
     if not np.issubdtype(value.dtype, np.signedinteger):
         return None  # unsigned types are not in Neg's type constraint
     if np.any(value == np.iinfo(value.dtype).min):
         return None  # ONNX Runtime wraps
-    return np.negative(value)
+    return np.asarray(np.negative(value))
 
 
 def _abs(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
@@ -198,7 +198,7 @@ def _abs(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
         return None
     if np.issubdtype(value.dtype, np.signedinteger) and np.any(value == np.iinfo(value.dtype).min):
         return None
-    return np.abs(value)
+    return np.asarray(np.abs(value))
 
 
 def _mod(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
@@ -267,7 +267,7 @@ def _cast(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
         if not np.all(np.isfinite(value)):
             return None
         truncated = np.trunc(value.astype(np.float64))
-        return truncated.astype(target) if _fits(truncated, target) else None
+        return np.asarray(truncated, dtype=target) if _fits(truncated, target) else None
     if np.issubdtype(value.dtype, np.integer):
         with np.errstate(all="ignore"):
             cast = value.astype(target)
