@@ -478,6 +478,17 @@ def _reduction_cases() -> list[Case]:
             for noop in (None, 0, 1):
                 noop_attrs = attrs if noop is None else {**attrs, "noop_with_empty_axes": noop}
                 cases.append(Case(op, opset, inputs, noop_attrs, declined))
+    small = {np.uint8: [[2, 6, 4, 8], [6, 2, 4, 255]], np.int8: [[2, -6, 4, 8], [-128, 2, 4, 127]]}
+    for op, opset, dtype, axes in itertools.product(
+        ("ReduceMax", "ReduceMin"), (12, 13, 18, 20), small, (None, [0], [-1])
+    ):  # uint8 and int8 from opset 12
+        data = a(small[dtype], dtype)
+        if axes is None:
+            cases.append(Case(op, opset, (data,), {"keepdims": 0}))
+        elif opset >= 18:
+            cases.append(Case(op, opset, (data, a(axes, I64))))
+        else:
+            cases.append(Case(op, opset, (data,), {"axes": axes}))
     data = a(REDUCED[np.float32], np.float32)
     cases += [
         Case("ReduceMax", 20, (a([[1, 5, 3]], np.uint8), a([-1], I64))),
