@@ -508,25 +508,25 @@ def _reduction(op: str) -> Callable[[int, dict, Inputs], np.ndarray | None]:
         if data.size == 0 or data.dtype.type not in FLOAT_DTYPES + INT_DTYPES:
             return None  # a reduction over an empty set is undefined
         axes = _axes(version, attrs, inputs, since_input=_AXES_INPUT.get(op, 18))
-        if not axes and attrs.get("noop_with_empty_axes"):
-            axes = []
-        elif not axes:
-            axes = list(range(data.ndim))
+        if not axes:
+            axes = [] if attrs.get("noop_with_empty_axes") else list(range(data.ndim))
         normalised = {_axis(a, data.ndim, negative=version >= 11) for a in axes}
         if len(normalised) != len(axes):
             return None
-        moved = np.moveaxis(data, sorted(normalised), range(-len(normalised), 0))
-        rows = moved.reshape(*moved.shape[: moved.ndim - len(normalised)], -1)
-        if not normalised:
-            rows = data.reshape(*data.shape, 1)  # the identity: each element its own row
-        results = [_reduce(op, row) for row in rows.reshape(-1, rows.shape[-1])]
+        if not normalised:  # the identity: each element its own row
+            rows, shape = data.reshape(-1, 1), list(data.shape)
+        else:
+            moved = np.moveaxis(data, sorted(normalised), range(-len(normalised), 0))
+            rows = moved.reshape(-1, int(np.prod(moved.shape[data.ndim - len(normalised) :])))
+            keepdims = _int_attr(attrs, "keepdims")
+            shape = [
+                1 if i in normalised else dim
+                for i, dim in enumerate(data.shape)
+                if keepdims or i not in normalised
+            ]
+        results = [_reduce(op, row) for row in rows]
         if any(result is None for result in results):
             return None
-        shape = [1 if i in normalised else dim for i, dim in enumerate(data.shape)]
-        if not _int_attr(attrs, "keepdims"):
-            shape = [dim for i, dim in enumerate(data.shape) if i not in normalised]
-        if not normalised:
-            shape = list(data.shape)
         return np.array(results, dtype=data.dtype).reshape(shape)
 
     return implementation
