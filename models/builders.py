@@ -1355,7 +1355,7 @@ def padded_group_norm_model(
     becomes a Pad whose pads come from a constant-only chain (Shape of the constant, Sub, Mul,
     ConstantOfShape, Concat, Reshape, a reversing Slice, Transpose, Reshape, Cast) that shape
     inference does not fold; then Conv(3x3, stride 2) and a decomposed group norm. With
-    `unfoldable`, the chain's length goes through `Abs`, which the folding table lacks;
+    `unfoldable`, the chain's length goes through `Max`, which the folding table lacks;
     `grouping`: the group norm's grouping Reshape target (`GroupNormSpec.grouping`; with
     `constant`, the Reshape back is static too: no Reshape target reads a Shape)."""
     rng = np.random.default_rng(0)
@@ -1365,7 +1365,7 @@ def padded_group_norm_model(
     pad_length = b.op("Gather", [b.op("Shape", [pad]), b.const([0], "zero", np.int64)], axis=0)
     twice_rank = b.op("Mul", [b.const(rank, "rank", np.int64), b.const(2, "two", np.int64)])
     if unfoldable:
-        pad_length = b.op("Abs", [pad_length])
+        pad_length = b.op("Max", [pad_length, pad_length])
     extension = b.op("Sub", [twice_rank, pad_length])
     zero = numpy_helper.from_array(np.zeros(1, np.int64))
     padding = b.op(

@@ -42,6 +42,7 @@ from normfuse.context import Context
 from normfuse.folding import Opset, resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import FusedNode, Site, node_label
+from normfuse.same_shape import SAME_AS_INPUT
 from normfuse.static_values import MAX_DEPTH
 
 KIND = "group-norm"
@@ -358,7 +359,7 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
         grouped_shape = context.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
         kept = [
-            entry == (x, axis)
+            _dim_of(entry, x, axis)
             or _static(entry, shape[axis])
             or (entry == 0 and copies and axis < len(grouped_shape) and grouped_shape[axis] == dim)
             for axis, (entry, dim) in enumerate(zip(target, shape, strict=True))
@@ -374,6 +375,28 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
 
 
 ShapeEntry = int | tuple[gs.Tensor, int]
+
+
+def _dim_of(entry: ShapeEntry, x: gs.Tensor, axis: int) -> bool:
+    """Whether `entry` is dim `axis` of `x` or of a tensor of provably the same shape: one that
+    `x` and it both derive from through ops keeping their input's shape (`Cast`, `Identity`,
+    elementwise unary ops), e.g. `Shape` of the float16 input of diffusers' `Cast(x, f32)`."""
+    if not isinstance(entry, tuple) or entry[1] != axis:
+        return False
+    return entry[0] is x or _shape_root(entry[0]) is _shape_root(x)
+
+
+def _shape_root(tensor: gs.Tensor) -> gs.Tensor:
+    """The first tensor up `tensor`'s producers not computed by a shape-keeping op (output 0 of
+    a one-input default-domain op in `SAME_AS_INPUT`)."""
+    for _ in range(MAX_DEPTH):
+        node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+        if node is None or node.domain not in DEFAULT_DOMAINS or node.op not in SAME_AS_INPUT:
+            break
+        if len(node.inputs) != 1 or node.outputs[0] is not tensor:
+            break
+        tensor = node.inputs[0]
+    return tensor
 
 
 def _shape_entries(

@@ -500,7 +500,7 @@ def test_fuses_group_norm_after_a_pad_with_constant_only_pads(mode: str, groupin
 
 
 def test_group_norm_after_pads_the_folding_table_cannot_compute_is_left() -> None:
-    """The same chain through an op the folding table lacks (`Abs`): nothing is guessed; the
+    """The same chain through an op the folding table lacks (`Max`): nothing is guessed; the
     group norm is left with its reason."""
     assert_unchanged(padded_group_norm_model(unfoldable=True), "unknown-shape")
 
@@ -604,3 +604,74 @@ def test_group_normalization_18_is_left_to_the_runtime() -> None:
     result = normfuse.optimize(original)
     assert result.report.sites == []
     assert result.model.SerializeToString() == original.SerializeToString()
+
+
+def _cast_first_group_norm(back: str, shape: tuple = ("batch", 8, 5, 5)) -> onnx.ModelProto:
+    """float16 x -> Cast(float32) -> Reshape [0, 4, -1] -> statistics -> Reshape back to
+    `Shape(s)` -> Cast(float16), where s is named by `back`: "cast" (the Cast's output),
+    "x" (diffusers: the float16 input), "identity_x" (an Identity of it), "relu_x" (a Relu of
+    x: Relu keeps shapes), "transpose_x" (its last two dims swapped) or "z" (another input)."""
+    half, full = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    h = onnx.helper
+    nodes = [
+        h.make_node("Cast", ["x"], ["xf"], to=full),
+        h.make_node("Reshape", ["xf", "groups"], ["grouped"]),
+        h.make_node("ReduceMean", ["grouped", "axes"], ["mean"]),
+        h.make_node("Sub", ["grouped", "mean"], ["centered"]),
+        h.make_node("Mul", ["centered", "centered"], ["squared"]),
+        h.make_node("ReduceMean", ["squared", "axes"], ["variance"]),
+        h.make_node("Add", ["variance", "eps"], ["shifted"]),
+        h.make_node("Sqrt", ["shifted"], ["std"]),
+        h.make_node("Div", ["centered", "std"], ["normed"]),
+    ]
+    source = {"cast": "xf", "x": "x", "z": "z"}.get(back, "s")
+    if back in ("identity_x", "relu_x"):
+        nodes.append(h.make_node("Identity" if back == "identity_x" else "Relu", ["x"], ["s"]))
+    if back == "transpose_x":
+        nodes.append(h.make_node("Transpose", ["x"], ["s"], perm=[0, 1, 3, 2]))
+    nodes += [
+        h.make_node("Shape", [source], ["back_shape"]),
+        h.make_node("Reshape", ["normed", "back_shape"], ["back"]),
+        h.make_node("Cast", ["back"], ["y"], to=half),
+    ]
+    inputs = [h.make_tensor_value_info("x", half, list(shape))]
+    out_shape = list(shape)
+    if back == "z":
+        out_shape = [shape[0], 8, 25, 1]
+        inputs.append(h.make_tensor_value_info("z", half, out_shape))
+    if back == "transpose_x":
+        out_shape = [shape[0], 8, shape[3], shape[2]]
+    initializers = [
+        onnx.numpy_helper.from_array(np.array([0, 4, -1], np.int64), "groups"),
+        onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+        onnx.numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+    ]
+    graph = h.make_graph(
+        nodes, "cast_first", inputs, [h.make_tensor_value_info("y", half, out_shape)], initializers
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 18)], ir_version=10)
+
+
+@pytest.mark.parametrize("back", ["cast", "x", "identity_x", "relu_x"])
+def test_reshape_back_to_the_shape_of_a_same_shaped_source_fuses(back: str) -> None:
+    """The Reshape back restores x's shape when it reads `Shape` of x's source through ops that
+    keep shapes (diffusers' Cast-first float16 spelling; issue 21, ADV3-10): fused, same
+    numerics on the adversarial inputs."""
+    original = _cast_first_group_norm(back, (2, 8, 5, 5))
+    onnx.checker.check_model(original, full_check=True)
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert op_counts(result.model)["LayerNormalization"] == 1
+    assert_same_numerics(original, result.model)
+
+
+@pytest.mark.parametrize("back", ["transpose_x", "z"])
+def test_reshape_back_to_the_shape_of_another_tensor_is_refused(back: str) -> None:
+    """`Shape` of a Transpose of x, or of another input of x's rank and size: not x's shape, so
+    the statistics stay decomposed with `reshape-not-restored`."""
+    original = _cast_first_group_norm(back, (2, 8, 5, 4) if back == "transpose_x" else (1, 8, 5, 5))
+    onnx.checker.check_model(original, full_check=True)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert "reshape-not-restored" in [miss.reason for miss in result.report.near_misses]
+    assert_same_numerics(original, result.model)
