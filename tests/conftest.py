@@ -29,8 +29,26 @@ def _freeze_survivors() -> Iterator[None]:
     gc.freeze()
 
 
+def pytest_sessionfinish(session) -> None:
+    """In a pytest-xdist worker: hand the backend sweep's tally to the controller."""
+    sweep = sys.modules.get("backend_sweep")
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and sweep is not None:
+        workeroutput["backend_tally"] = sweep.TALLY.as_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """In the pytest-xdist controller: add a finished worker's backend sweep tally."""
+    tally = getattr(node, "workeroutput", {}).get("backend_tally")
+    if tally is not None:
+        import backend_sweep
+
+        backend_sweep.TALLY.merge(tally)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
-    """The ONNX backend sweep's counts and fused-site coverage, when it ran."""
+    """The ONNX backend sweep's counts and fused-site coverage, when it ran (in any worker)."""
     sweep = sys.modules.get("backend_sweep")
     if sweep is None or not any(sweep.TALLY.counts.values()):
         return
