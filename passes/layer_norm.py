@@ -225,15 +225,16 @@ def _check(match: Match, context: Context) -> Site:
     checks.check_divisor(match, context, int(np.prod(dims)))
     checks.check_square_exponent(match, context, shape)
     eps = checks.epsilon(match, context, checks.reduced_shape(shape, axes))
-    scale = checks.affine(match, "scale", context, dims, rank)
+    # A per-head scale (Cohere's QK-norm, [H, Dh]) stays a Mul after the fused node.
+    kept = checks.scale_kept_after(match, context, shape, dims)
+    scale = None if kept is not None else checks.affine(match, "scale", context, dims, rank)
     bias = checks.affine(match, "bias", context, dims, rank)
     scale = np.ones(dims, io.dtype) if scale is None else scale
     if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
         scale = -scale
-    bias = bias
     extra = checks.statistics_outputs(match, context, io, None, shape, axes)
     return checks.fused_site(
-        KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra
+        KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra, scale_after=kept
     )
 
 
