@@ -353,11 +353,12 @@ def affine(
 def scale_kept_after(
     match: Match, context: Context, shape: tuple, dims: tuple[int, ...]
 ) -> np.ndarray | None:
-    """The scale, where it varies along axes that are not normalised too but keeps x's shape
-    (Cohere's QK-norm weight [H, Dh] on [N, S, H, Dh], normalised over Dh): the fused node then
-    normalises with a unit scale and this Mul stays after it, on the same values in the same
-    type, before any cast back (exact). None where the scale fits the fused op, is absent or
-    would widen x, where a bias follows it (it would have to stay too), or where the Mul
+    """The scale, where it spans the normalised axes and varies along others too but keeps x's
+    shape (Cohere's QK-norm weight [H, Dh] on [N, S, H, Dh], normalised over Dh): the fused node
+    then normalises with a unit scale and this Mul stays after it, on the same values in the same
+    type, before any cast back (exact). None where the scale fits the fused op, is absent, would
+    widen x or does not span the normalised axes (an instance norm's per-channel [C, 1, 1]: the
+    group-norm pass's), where a bias follows it (it would have to stay too), or where the Mul
     follows the cast back (the fused node's float16 output would round first)."""
     if "scale" not in match or "bias" in match or _affine_after_downcast(match):
         return None
@@ -368,7 +369,7 @@ def scale_kept_after(
     full = (1,) * (rank - value.ndim) + value.shape
     if any(dim != 1 and dim != size for dim, size in zip(full, shape, strict=True)):
         return None  # it would broadcast x to a larger shape (or a symbolic dim is unproved)
-    return value
+    return value if full[rank - len(dims) :] == tuple(dims) else None
 
 
 def channel_affine(
