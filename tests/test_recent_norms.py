@@ -17,12 +17,12 @@ from helpers import assert_same_numerics, op_counts
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
+from models.recent import RECENT
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 SEQ, HEADS, HEAD_DIM = 4, 2, 16
 CHANNELS, GROUP = 64, 16  # the gated norm: 4 groups of 16 channels
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-RECENT = {"cohere", "olmo2", "phi3", "nemotron_h_gated_norm", "dit", "sd3", "flux", "dyt"}
 
 
 def _model(nodes, inputs, output, initializers, opset: int = 17) -> onnx.ModelProto:
