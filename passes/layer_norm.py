@@ -12,7 +12,10 @@ by (any Add/Mul operand order; scale and bias optional)::
 
 `centered` may be computed once or twice; the variance may be one-pass, E[x^2] - E[x]^2; mixed-
 precision exports wrap the statistics in `Cast(x -> float32) ... Cast(back)`. tf2onnx writes Keras'
-layer norm as `x * g + (bias - mean * g)` with `g = scale * rsqrt(variance + epsilon)`. Fused only
+layer norm as `x * g + (bias - mean * g)` with `g = scale * rsqrt(variance + epsilon)`. A scale
+over the normalised axes that also varies along others (Cohere's QK-norm weight [H, Dh] on
+[N, S, H, Dh]) stays a Mul after the fused node, which normalises with a unit scale; a Cast of x
+to its own type before the statistics (TorchScript's float16 adaLN) stays outside. Fused only
 when it is exactly layer normalisation: mean and variance reduce the same trailing axes (never the
 first, batch axis) of the same tensor with divisor d, epsilon is a positive scalar inside the
 square root, and scale and bias broadcast only along the normalised axes. Spellings that are close
