@@ -1,9 +1,10 @@
 """The norms of 2024-26 models (issue 26): for each committed export of models/recent.py's
-architectures, the norms PyTorch calls, those the exporter already wrote as LayerNormalization,
-and the norm nodes in the output of normfuse, ONNX Runtime's transformers optimizer (python
-fusions, `model_type` gpt2 for decoders, mmdit for DiT/SD3/Flux) and onnxscript's rewriter
-(`optimize_for_ort`). A tool cell is `norm nodes / sites`, with ✗ where its output's numerics
-differ from the original's (`normfuse.validate`, both ORT levels). Run from the repository root:
+architectures and of Gemma 3 (sandwich norms, already in the zoo), the norms PyTorch calls, those
+the exporter already wrote as LayerNormalization, and the norm nodes in the output of normfuse,
+ONNX Runtime's transformers optimizer (python fusions, `model_type` gpt2 for decoders, mmdit for
+DiT/SD3/Flux) and onnxscript's rewriter (`optimize_for_ort`). A tool cell is
+`norm nodes / sites`, with ✗ where its output's numerics differ from the original's
+(`normfuse.validate`, both ORT levels). Run from the repository root:
 
     pip install -e ".[benchmarks]" && python tests/benchmarks/new_norms.py [--markdown FILE]
 """
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from models.recent import RECENT  # noqa: E402
 
+TABLE = (*RECENT, "gemma3")
 TOOLS = {
     "normfuse": lambda source, out, architecture: normfuse_tool(source, out),
     "ORT transformers optimizer": ort_transformers_optimize,
@@ -54,7 +56,7 @@ def main() -> int:
     header = ["model", "exporter", "dtype", "sites", "in export", *TOOLS]
     lines = [f"| {' | '.join(header)} |", f"|{'|'.join([' --- '] * 3 + [' ---: '] * 5)}|"]
     totals: Counter = Counter()
-    for entry in (e for e in manifest if e["architecture"] in RECENT):
+    for entry in (e for e in manifest if e["architecture"] in TABLE):
         row = [entry["architecture"], entry["exporter"], entry["dtype"]]
         sites = entry["layer_norm_sites"] + entry["rms_norm_sites"]
         if "export_error" in entry:
