@@ -1,14 +1,16 @@
 """Export small real transformers (random weights from configs) to ONNX for normfuse's tests.
 
-Needs the `models` extra (torch, transformers); the tests only read the committed `.onnx` files and
-`manifest.json`. Run from the repository root:
+Needs the `models` extra (torch, transformers, diffusers); the tests only read the committed
+`.onnx` files and `manifest.json`. Run from the repository root:
 
     pip install -e ".[models]" && python models/export.py [ARCHITECTURE ...]
 
-Each model: hidden size <= 128, 2 layers, exported with PyTorch's TorchScript exporter
-(`dynamo=False`) at each opset in OPSETS. The expected number of layer-norm sites is counted from
-the PyTorch modules (every `nn.LayerNorm`), not from the exported graph. An export that fails is
-recorded in the manifest with its error instead of being dropped.
+Each model: hidden size <= 128, 1-2 layers, exported with PyTorch's TorchScript exporter
+(`dynamo=False`) and its dynamo exporter at the opsets in EXPORTS, float32 and float16. The
+expected number of norm sites is counted from the PyTorch modules (forward hooks on every
+`nn.LayerNorm`, RMS-norm and group-norm module), not from the exported graph. An export that
+fails, or that ONNX Runtime cannot run, is recorded in the manifest with its error instead of
+being dropped. The exporter's per-node metadata is stripped (the fixtures' size budget).
 """
 
 from __future__ import annotations
