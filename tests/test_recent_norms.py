@@ -392,18 +392,16 @@ def test_dyt_is_never_a_norm() -> None:
     assert op_counts(result.model) == op_counts(original)
 
 
-def _recent_float32_entries() -> list[dict]:
+def _recent_entries() -> list[dict]:
     manifest = json.loads((MODELS_DIR / "manifest.json").read_text())["models"]
-    return [
-        entry
-        for entry in manifest
-        if entry["architecture"] in RECENT
-        and entry["dtype"] == "float32"
-        and "export_error" not in entry
-    ]
+    return [e for e in manifest if e["architecture"] in RECENT and "export_error" not in e]
 
 
-@pytest.mark.parametrize("entry", _recent_float32_entries(), ids=lambda entry: entry["file"])
+@pytest.mark.parametrize(
+    "entry",
+    [entry for entry in _recent_entries() if entry["dtype"] == "float32"],
+    ids=lambda entry: entry["file"],
+)
 def test_recent_exports_match_on_adversarial_inputs(entry: dict) -> None:
     """The committed float32 exports, fused, on large, tiny, constant-row, negative and outlier
     inputs (ORT_DISABLE_ALL): every fused norm is exact there too."""
@@ -414,3 +412,11 @@ def test_recent_exports_match_on_adversarial_inputs(entry: dict) -> None:
     already = op_counts(original)["LayerNormalization"]
     assert kinds["layer-norm"] + kinds["rms-norm"] == expected - already
     assert_same_numerics(original, result.model, entry["dims"], seed=9)
+
+
+def test_recent_fixtures_stay_within_their_budget() -> None:
+    """Each committed export of these models at most 300 KB, all of them at most 2.5 MB."""
+    sizes = [(MODELS_DIR / entry["file"]).stat().st_size for entry in _recent_entries()]
+    assert len(sizes) >= 20
+    assert max(sizes) <= 300 * 1024
+    assert sum(sizes) <= 2.5 * 1024 * 1024
