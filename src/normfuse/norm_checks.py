@@ -57,6 +57,11 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     x_type = _known_type(x, context)
     upcast = match.node("upcast") if "upcast" in match else None
     downcast = match.node("downcast") if "downcast" in match else None
+    identity: tuple[gs.Node, ...] = ()
+    if upcast is not None and upcast.attrs.get("to") == x_type:
+        # A Cast to x's own type (TorchScript's `.to(dtype)` of a tensor already of it, before a
+        # float16 adaLN norm) is no upcast: the fused node reads its output, and it stays.
+        x, identity, upcast = match["upcast"], (upcast,), None
     if upcast is not None and downcast is None and upcast.attrs.get("to") in FLOAT_TYPES:
         # Statistics of a Cast's output (an integer or wide input made float): the fused node
         # reads the Cast's output, and the Cast stays.
@@ -78,7 +83,7 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     if x_type not in FLOAT_TYPES:
         name = _type_name(x_type)
         raise Reject("unsupported-dtype", f"{x.name!r} is {name}; fused for float32/float16")
-    return FusedIO(x, x_type, FLOAT_TYPES[x_type], output_cast, kept)
+    return FusedIO(x, x_type, FLOAT_TYPES[x_type], output_cast, (*identity, *kept))
 
 
 def _known_type(tensor: gs.Tensor, context: Context) -> int:
@@ -345,6 +350,28 @@ def affine(
     return expanded
 
 
+def scale_kept_after(
+    match: Match, context: Context, shape: tuple, dims: tuple[int, ...]
+) -> np.ndarray | None:
+    """The scale, where it spans the normalised axes and varies along others too but keeps x's
+    shape (Cohere's QK-norm weight [H, Dh] on [N, S, H, Dh], normalised over Dh): the fused node
+    then normalises with a unit scale and this Mul stays after it, on the same values in the same
+    type, before any cast back (exact). None where the scale fits the fused op, is absent, would
+    widen x or does not span the normalised axes (an instance norm's per-channel [C, 1, 1]: the
+    group-norm pass's), where a bias follows it (it would have to stay too), or where the Mul
+    follows the cast back (the fused node's float16 output would round first)."""
+    if "scale" not in match or "bias" in match or _affine_after_downcast(match):
+        return None
+    value = context.reader.value(match["scale"])
+    rank = len(shape)
+    if value is None or value.ndim > rank or affine_parameter(value, dims, rank) is not None:
+        return None
+    full = (1,) * (rank - value.ndim) + value.shape
+    if any(dim != 1 and dim != size for dim, size in zip(full, shape, strict=True)):
+        return None  # it would broadcast x to a larger shape (or a symbolic dim is unproved)
+    return value if full[rank - len(dims) :] == tuple(dims) else None
+
+
 def channel_affine(
     match: Match, name: str, context: Context, channels: int, rank: int
 ) -> np.ndarray | None:
@@ -392,9 +419,11 @@ def fused_site(
     params: tuple,
     layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
     extra_outputs: tuple[tuple[int, gs.Tensor], ...] = (),
+    scale_after: np.ndarray | None = None,
 ) -> Site:
     """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias]),
-    also producing `extra_outputs` (LayerNormalization's Mean and InvStdDev)."""
+    also producing `extra_outputs` (LayerNormalization's Mean and InvStdDev), and followed by a
+    Mul by `scale_after` before any cast back (see `scale_kept_after`)."""
     _check_output_type(match.root, io, context)
     shape = known_shape(match["x"], context)
     _check_constant_ranks(match, len(shape), context)
@@ -414,12 +443,15 @@ def fused_site(
         exact_float32(eps, "epsilon")
     input_cast, output_cast, kernel_dtype = None, io.output_cast, io.dtype
     after_cast: tuple = (None, None)
-    if widened_float16(io, context, params):
+    # A kept scale multiplies the float32 result before the cast back, as the model does: always
+    # the float32 kernel for a float16 norm (the float16 one would round before the Mul).
+    kept_scale = scale_after is not None and io.elem_type == onnx.TensorProto.FLOAT16
+    if (kept_scale and io.output_cast is None) or widened_float16(io, context, params):
         input_cast, output_cast = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
         kernel_dtype = np.float32
         # LLaMA's spelling: the affine in float16, after. Not with a layout: the kernel's
         # channels-last [C] parameters would broadcast along the wrong axis after the Transpose.
-        if layout is None and _affine_after_downcast(match):
+        if layout is None and scale_after is None and _affine_after_downcast(match):
             # The model's own scale (negated with a negated numerator: exact either side of a
             # rounding) moves after the Cast; without one, the kernel keeps its +-1.
             scale, bias = (*params, None)[:2]
@@ -439,6 +471,7 @@ def fused_site(
         layout=layout,
         input_cast=input_cast,
         after_cast=after_cast,
+        scale_after=None if scale_after is None else scale_after.astype(kernel_dtype),
     )
     rewired = {id(tensor) for _, tensor in extra_outputs}
     # Nodes whose outputs the fused node takes over die too (a Reciprocal of the std).

@@ -61,6 +61,10 @@ class FusedNode:
     # (grouped shape, shape back): a Reshape of the first input before the node and one of its
     # output after it (inside the `after_cast` affine): a GroupNormalization node rewritten.
     grouping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # A Mul right after the node, before `output_cast`, in the kernel's type: the model's own scale
+    # where it varies along axes that are not normalised too (Cohere's QK-norm weight [H, Dh]);
+    # the node then normalises with a unit scale.
+    scale_after: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -392,6 +392,9 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
             output = emitter.feeding(output, op, {}, name, (operand,))
     if fused.output_cast is not None:
         output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
+    if fused.scale_after is not None:
+        operand = _constant(fused.scale_after, f"{name}/scale_after", own, emitter)
+        output = emitter.feeding(output, "Mul", {}, name, (operand,))
     if fused.layout is not None:
         before, after = fused.layout
         output = emitter.feeding(output, "Transpose", {"perm": list(after)}, name)

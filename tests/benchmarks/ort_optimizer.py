@@ -19,6 +19,10 @@ ORT_MODEL_TYPES = {
     "unet_block": "unet",
     "vae_mid_block": "vae",
     "vae_mid_block_hand_written": "vae",
+    # diffusers' transformers (adaLN, q/k RMS norms): the optimizer's MMDiT model (SD3, Flux)
+    "dit": "mmdit",
+    "sd3": "mmdit",
+    "flux": "mmdit",
 }
 
 
