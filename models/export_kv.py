@@ -201,9 +201,9 @@ def _no_past_configs(model: torch.nn.Module, task: str) -> dict:
 
 def export_optimum(family: str) -> list[dict]:
     """optimum's with-past decoder and merged decoder of one family (float32)."""
-    import onnx
     from importlib.metadata import version
 
+    import onnx
     from optimum.exporters.onnx import main_export
     from optimum.onnx import merge_decoders
 
@@ -225,7 +225,9 @@ def export_optimum(family: str) -> list[dict]:
                 do_validation=False,
                 no_post_process=True,
                 library_name="transformers",
-                custom_onnx_configs=_no_past_configs(model, task) if not use_past_in_inputs else None,
+                custom_onnx_configs=_no_past_configs(model, task)
+                if not use_past_in_inputs
+                else None,
             )
         names = sorted(p.name for p in [*plain.glob("*.onnx"), *past.glob("*.onnx")])
         print(family, names)
@@ -275,6 +277,17 @@ class _FlatPast(torch.nn.Module):
         return (out.logits, *presents)
 
 
+def _strip_node_metadata(path: Path) -> None:
+    """Drop the exporter's per-node metadata (PyTorch stack traces: three quarters of a tiny
+    model's file); the graph is unchanged."""
+    import onnx
+
+    model = onnx.load(path)
+    for node in model.graph.node:
+        del node.metadata_props[:]
+    onnx.save(model, path)
+
+
 def export_dynamo(family: str, dtype: str) -> dict:
     """A dynamo export of one family with flat past_key_values inputs (opset 18)."""
     model = _model(family).to(getattr(torch, dtype))
@@ -282,7 +295,7 @@ def export_dynamo(family: str, dtype: str) -> dict:
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     layers = config.num_hidden_layers
-    batch, sequence, past = 1, 1, PAST
+    batch, sequence, past = 1, 2, PAST  # sequence not 1: torch.export specialises a 1
     ids = torch.randint(0, VOCAB, (batch, sequence))
     mask = torch.ones(batch, past + sequence, dtype=torch.int64)
     positions = torch.arange(past, past + sequence).unsqueeze(0)
@@ -290,21 +303,24 @@ def export_dynamo(family: str, dtype: str) -> dict:
         torch.randn(batch, heads, past, head_dim, dtype=getattr(torch, dtype))
         for _ in range(2 * layers)
     ]
-    names = [f"past_key_values.{i // 2}.{'key' if i % 2 == 0 else 'value'}" for i in range(2 * layers)]
+    names = [
+        f"past_key_values.{i // 2}.{'key' if i % 2 == 0 else 'value'}" for i in range(2 * layers)
+    ]
     outputs = ["logits", *(n.replace("past_key_values", "present") for n in names)]
-    b, s, p = torch.export.Dim("batch"), torch.export.Dim("sequence"), torch.export.Dim("past")
+    # AUTO: torch.export finds the relations itself (the mask is past + sequence long).
+    s = p = t = torch.export.Dim.AUTO
     shapes = (
-        {0: b, 1: s},
-        {0: b, 1: s + p},
-        {0: b, 1: s},
-        *({0: b, 2: p} for _ in pasts),
+        {1: s},
+        {1: t},
+        {1: s},
+        tuple({2: p} for _ in pasts),  # the varargs, as one tuple
     )
     path = OUT_DIR / f"{family}_dynamo_with_past_opset18_{dtype}.onnx"
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     entry = {}
     try:
         torch.onnx.export(
-            _FlatPast(model),
+            _FlatPast(model).eval(),
             (ids, mask, positions, *pasts),
             str(path),
             dynamo=True,
@@ -314,13 +330,19 @@ def export_dynamo(family: str, dtype: str) -> dict:
             dynamic_shapes=shapes,
             external_data=False,
         )
+        _strip_node_metadata(path)
         entry = _entry(path, family, "with_past", "dynamo", 18, dtype, {})
     except Exception as error:  # recorded in the manifest, not dropped
         traceback.print_exc()
         path.unlink(missing_ok=True)
         message = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
-        entry = {"file": str(path.relative_to(HERE)), "architecture": family, "form": "with_past",
-                 "exporter": "dynamo", "export_error": f"{type(error).__name__}: {message[:500]}"}
+        entry = {
+            "file": str(path.relative_to(HERE)),
+            "architecture": family,
+            "form": "with_past",
+            "exporter": "dynamo",
+            "export_error": f"{type(error).__name__}: {message[:500]}",
+        }
     entry |= _sites(model.float(), family, merged=False)
     return entry
 
