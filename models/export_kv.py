@@ -2,15 +2,27 @@
 
 Two steps, each in the environment it needs (the tests only read the committed files):
 
-    .venv-optimum/bin/python -m models.export_kv optimum # optimum-onnx (transformers < 4.58)
+    PYTHONHASHSEED=0 .venv-optimum/bin/python -m models.export_kv optimum  # optimum-onnx
     .venv/bin/python -m models.export_kv dynamo  # torch.onnx dynamo, transformers 5.x
+
+optimum-onnx 0.1.0 (the newest) needs transformers < 4.58, so that step runs in a second venv:
+`python -m venv .venv-optimum && .venv-optimum/bin/pip install torch==2.13.0 optimum-onnx==0.1.0
+onnx==1.23.2 onnxruntime==1.32.0` (it resolved transformers 4.57.6, optimum 2.1.0; each entry
+records its versions). PYTHONHASHSEED=0: `merge_decoders` names the shared initializers in set
+order, so the merged files are byte-reproducible only with a fixed hash seed.
 
 `optimum`: optimum's decoder with past (`task=...-with-past`) and its decoder without past, merged
 by optimum's own `merge_decoders` into the merged decoder (an `If` on `use_cache_branch`).
+optimum-onnx 0.1.0 no longer writes a merged decoder for decoder-only models (its with-past export
+is one `model.onnx`), so the no-past half is exported with optimum's own config at
+`use_past_in_inputs=False` (presents out, no past in), as optimum did before; Whisper's seq2seq
+export still writes `decoder_model.onnx` and `decoder_with_past_model.onnx`, merged the same way.
 `dynamo`: the model wrapped so that its past keys and values are flat graph inputs, exported with
-`torch.onnx.export(dynamo=True)`. Norm sites are counted from PyTorch forward hooks as in
-models/export.py: one decode-step forward for a with-past graph, plus one prefill forward for a
-merged decoder (its two branches). Entries go to manifest.json's `kv_decoders`.
+`torch.onnx.export(dynamo=True)` at batch 1 (static) with sequence, past and mask length dynamic
+(`Dim.AUTO`); the exporter's per-node metadata (stack traces) is dropped. Norm sites are counted
+from PyTorch forward hooks as in models/export.py: one decode-step forward for a with-past graph,
+plus one prefill forward for a merged decoder (its two branches). Entries go to manifest.json's
+`kv_decoders`.
 """
 
 from __future__ import annotations
@@ -110,28 +122,10 @@ def _decoder_module(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _norm_calls(model: torch.nn.Module, forward) -> dict:
-    """Norm-module calls during `forward()` (hooks on the decoder's modules, as export.py)."""
-    from models.export import HandWrittenGroupNorm, is_rms_norm
+    """Norm-module calls during `forward()`, hooked on the decoder's modules (as export.py)."""
+    from models.export import norm_calls
 
-    calls = {"layer_norm_sites": 0, "rms_norm_sites": 0, "group_norm_sites": 0}
-
-    def key(module: torch.nn.Module) -> str | None:
-        if isinstance(module, torch.nn.LayerNorm):
-            return "layer_norm_sites"
-        if isinstance(module, torch.nn.GroupNorm | HandWrittenGroupNorm):
-            return "group_norm_sites"
-        return "rms_norm_sites" if is_rms_norm(module) else None
-
-    def hook(module, *_):
-        calls[key(module)] += 1
-
-    modules = _decoder_module(model).modules()
-    handles = [module.register_forward_hook(hook) for module in modules if key(module)]
-    with torch.no_grad():
-        forward()
-    for handle in handles:
-        handle.remove()
-    return calls
+    return norm_calls(_decoder_module(model), forward)
 
 
 def _forwards(model: torch.nn.Module, family: str) -> tuple:
@@ -163,7 +157,8 @@ def _sites(model: torch.nn.Module, family: str, merged: bool) -> dict:
     return {key: step[key] + (before[key] if merged else 0) for key in step}
 
 
-def _entry(path: Path, family: str, form: str, exporter: str, opset: int, dtype: str, sites):
+def _entry(path: Path, family: str, form: str, exporter: str, opset: int, dtype: str) -> dict:
+    """The manifest entry of an exported file (norm sites are added by the caller)."""
     import onnx
 
     model = onnx.load(path, load_external_data=False)
@@ -178,7 +173,6 @@ def _entry(path: Path, family: str, form: str, exporter: str, opset: int, dtype:
         "exporter": exporter,
         "opset": opset,
         "dtype": dtype,
-        **sites,
         "inputs": inputs,
         "dims": {"batch": 1, "decode": {"sequence": 1, "past": PAST}, "prefill": SEQUENCE},
         "int_input_high": VOCAB,
@@ -244,7 +238,7 @@ def export_optimum(family: str) -> list[dict]:
                 merge_decoders(no_past, with_past, save_path=path, strict=family != "whisper")
             else:
                 onnx.save(onnx.load(with_past), path)
-            entry = _entry(path, family, form, "optimum", opset, "float32", {})
+            entry = _entry(path, family, form, "optimum", opset, "float32")
             entry |= _sites(model, family, form == "merged")
             entry["optimum"] = {name: version(name) for name in ("optimum", "optimum-onnx")}
             entries.append(entry)
@@ -331,7 +325,7 @@ def export_dynamo(family: str, dtype: str) -> dict:
             external_data=False,
         )
         _strip_node_metadata(path)
-        entry = _entry(path, family, "with_past", "dynamo", 18, dtype, {})
+        entry = _entry(path, family, "with_past", "dynamo", 18, dtype)
     except Exception as error:  # recorded in the manifest, not dropped
         traceback.print_exc()
         path.unlink(missing_ok=True)

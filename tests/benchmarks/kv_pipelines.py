@@ -64,7 +64,7 @@ class Output:
 def _short(error: Exception) -> str:
     """The error's type and the end of its message (ONNX Runtime puts the reason last)."""
     message = " ".join(str(error).split())
-    return f"{type(error).__name__}: {'...' if len(message) > 160 else ''}{message[-160:]}"
+    return f"{type(error).__name__}: {'...' if len(message) > 110 else ''}{message[-110:]}"
 
 
 def build(path: Path, architecture: str, folder: Path) -> dict[str, Output]:
