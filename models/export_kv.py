@@ -39,7 +39,7 @@ import transformers
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "real" / "kv"
-PAST, SEQUENCE, VOCAB = 32, 8, 128
+PAST, SEQUENCE, VOCAB = 32, 8, 64
 _SIZES = dict(
     vocab_size=VOCAB,
     hidden_size=32,
@@ -63,7 +63,7 @@ def _config(family: str):
         return transformers.Gemma2Config(**_SIZES, head_dim=8, sliding_window=64)
     if family == "gpt2":
         return transformers.GPT2Config(
-            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128
+            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64
         )
     if family == "whisper":
         return transformers.WhisperConfig(
@@ -77,7 +77,7 @@ def _config(family: str):
             decoder_ffn_dim=64,
             num_mel_bins=16,
             max_source_positions=1500,  # optimum feeds 3000 mel frames
-            max_target_positions=128,
+            max_target_positions=64,
             pad_token_id=0,
             decoder_start_token_id=1,
         )
@@ -98,6 +98,7 @@ OPTIMUM = {
 DYNAMO = [
     *((family, "float32") for family in ("llama", "qwen3", "phi3", "gemma2", "gpt2")),
     ("llama", "float16"),
+    ("whisper", "float32"),
 ]
 
 
@@ -271,6 +272,33 @@ class _FlatPast(torch.nn.Module):
         return (out.logits, *presents)
 
 
+class _FlatPastSeq2Seq(torch.nn.Module):
+    """Whisper's decoder with its self-attention past as flat inputs:
+    (input_ids, encoder_hidden_states, past.0.decoder.key, past.0.decoder.value, ...) ->
+    (logits, present.0.decoder.key, ...). The cross-attention keys and values are computed from
+    encoder_hidden_states at every step (no encoder past)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, encoder_hidden_states, *past):
+        decoder = transformers.DynamicCache(config=self.model.config)
+        for layer in range(len(past) // 2):
+            decoder.update(past[2 * layer], past[2 * layer + 1], layer)
+        cache = transformers.EncoderDecoderCache(decoder, transformers.DynamicCache())
+        out = self.model(
+            decoder_input_ids=input_ids,
+            encoder_outputs=(encoder_hidden_states,),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        presents = []
+        for layer in out.past_key_values.self_attention_cache.layers:
+            presents += [layer.keys, layer.values]
+        return (out.logits, *presents)
+
+
 def _strip_node_metadata(path: Path) -> None:
     """Drop the exporter's per-node metadata (PyTorch stack traces: three quarters of a tiny
     model's file); the graph is unchanged."""
@@ -286,9 +314,15 @@ def export_dynamo(family: str, dtype: str) -> dict:
     """A dynamo export of one family with flat past_key_values inputs (opset 18)."""
     model = _model(family).to(getattr(torch, dtype))
     config = model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    layers = config.num_hidden_layers
+    seq2seq = family == "whisper"
+    if seq2seq:
+        heads, layers = config.decoder_attention_heads, config.decoder_layers
+        head_dim = config.d_model // heads
+    else:
+        query_heads = config.num_attention_heads
+        heads = getattr(config, "num_key_value_heads", None) or query_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // query_heads
+        layers = config.num_hidden_layers
     batch, sequence, past = 1, 2, PAST  # sequence not 1: torch.export specialises a 1
     ids = torch.randint(0, VOCAB, (batch, sequence))
     mask = torch.ones(batch, past + sequence, dtype=torch.int64)
@@ -297,29 +331,34 @@ def export_dynamo(family: str, dtype: str) -> dict:
         torch.randn(batch, heads, past, head_dim, dtype=getattr(torch, dtype))
         for _ in range(2 * layers)
     ]
+    part = ".decoder" if seq2seq else ""
     names = [
-        f"past_key_values.{i // 2}.{'key' if i % 2 == 0 else 'value'}" for i in range(2 * layers)
+        f"past_key_values.{i // 2}{part}.{'key' if i % 2 == 0 else 'value'}"
+        for i in range(2 * layers)
     ]
     outputs = ["logits", *(n.replace("past_key_values", "present") for n in names)]
     # AUTO: torch.export finds the relations itself (the mask is past + sequence long).
     s = p = t = torch.export.Dim.AUTO
-    shapes = (
-        {1: s},
-        {1: t},
-        {1: s},
-        tuple({2: p} for _ in pasts),  # the varargs, as one tuple
-    )
+    varargs = tuple({2: p} for _ in pasts)  # the varargs, as one tuple
+    shapes = ({1: s}, {1: t}, {1: s}, varargs)
+    wrapper, args = _FlatPast(model), (ids, mask, positions, *pasts)
+    input_names = ["input_ids", "attention_mask", "position_ids", *names]
+    if seq2seq:
+        states = torch.randn(batch, 8, config.d_model, dtype=getattr(torch, dtype))
+        shapes = ({1: s}, {1: t}, varargs)
+        wrapper, args = _FlatPastSeq2Seq(model), (ids, states, *pasts)
+        input_names = ["input_ids", "encoder_hidden_states", *names]
     path = OUT_DIR / f"{family}_dynamo_with_past_opset18_{dtype}.onnx"
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     entry = {}
     try:
         torch.onnx.export(
-            _FlatPast(model).eval(),
-            (ids, mask, positions, *pasts),
+            wrapper.eval(),
+            args,
             str(path),
             dynamo=True,
             opset_version=18,
-            input_names=["input_ids", "attention_mask", "position_ids", *names],
+            input_names=input_names,
             output_names=outputs,
             dynamic_shapes=shapes,
             external_data=False,
