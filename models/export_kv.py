@@ -5,11 +5,12 @@ Two steps, each in the environment it needs (the tests only read the committed f
     PYTHONHASHSEED=0 .venv-optimum/bin/python -m models.export_kv optimum  # optimum-onnx
     .venv/bin/python -m models.export_kv dynamo  # torch.onnx dynamo, transformers 5.x
 
-optimum-onnx 0.1.0 (the newest) needs transformers < 4.58, so that step runs in a second venv:
-`python -m venv .venv-optimum && .venv-optimum/bin/pip install torch==2.13.0 optimum-onnx==0.1.0
-onnx==1.23.2 onnxruntime==1.32.0` (it resolved transformers 4.57.6, optimum 2.1.0; each entry
-records its versions). PYTHONHASHSEED=0: `merge_decoders` names the shared initializers in set
-order, so the merged files are byte-reproducible only with a fixed hash seed.
+optimum-onnx 0.1.0 (the newest) needs transformers < 4.58, so that step runs in a second venv
+(the `kv-export` extra): `python -m venv .venv-optimum && .venv-optimum/bin/pip install -e
+".[kv-export]" torch==2.13.0 onnx==1.23.2 onnxruntime==1.32.0` (measured with the wheels named,
+optimum-onnx 0.1.0: transformers 4.57.6, optimum 2.1.0; each entry records its versions).
+PYTHONHASHSEED=0: `merge_decoders` names the shared initializers in set order, so the merged
+files are byte-reproducible only with a fixed hash seed.
 
 `optimum`: optimum's decoder with past (`task=...-with-past`) and its decoder without past, merged
 by optimum's own `merge_decoders` into the merged decoder (an `If` on `use_cache_branch`).
