@@ -19,7 +19,7 @@ from helpers import FLOAT32_ATOL, assert_same_numerics
 
 import normfuse
 from models.kv_feeds import export_feeds
-from normfuse import model_view
+from normfuse import bench, model_view
 from normfuse.placement import graphs_by_scope, initializer_scopes
 from normfuse.validate import ValidationOptions, check_sites
 
@@ -125,3 +125,29 @@ def test_committed_kv_fixtures_stay_small() -> None:
     assert max(f.stat().st_size for f in files) <= 400 * 1024
     assert sum(f.stat().st_size for f in files) <= 4 * 1024 * 1024
     assert set(files) == {MODELS_DIR / entry["file"] for entry in MANIFEST["kv_decoders"]}
+
+
+def test_pipeline_benchmark_says_when_the_optimizer_output_does_not_run(monkeypatch) -> None:
+    """tests/benchmarks/kv_pipelines.py on a merged decoder, with an optimizer that writes what
+    ONNX Runtime's writes for one (the graph emptied, outputs kept): the table says it does not
+    load, normfuse after it is refused, and normfuse alone is recommended (no timing asserted)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "benchmarks"))
+    import kv_pipelines
+
+    def emptying_optimizer(source: Path, out: Path, architecture: str) -> dict:
+        model = onnx.load(source)
+        del model.graph.node[:]
+        del model.graph.initializer[:]
+        onnx.save(model, out)
+        return {}
+
+    monkeypatch.setattr(kv_pipelines, "ort_transformers_optimize", emptying_optimizer)
+    entry = next(e for e in ENTRIES if e["file"].endswith("llama_optimum_merged_opset17.onnx"))
+    options = bench.BenchOptions(levels=("all",), runs=2, warmup=1, threads=1, sessions=1)
+    row = kv_pipelines.measure(entry, options, bench.configure_threads(1))
+    assert row["optimizer"]["runs"].startswith("empty graph (no node); does not load")
+    assert row["optimizer>normfuse"]["runs"].startswith("normfuse failed")
+    assert row["optimizer"]["difference"] is None and "ratio" not in row["optimizer"]
+    assert row["normfuse"]["runs"] == "yes" and row["normfuse"]["left"] == 0
+    assert row["normfuse"]["difference"] <= FLOAT32_ATOL
+    assert row["recommended"].startswith("normfuse alone")
