@@ -85,6 +85,25 @@ def test_same_numerics_at_decode_step_and_prefill(entry: dict, step: str) -> Non
     assert_same_numerics(original, optimized(entry["file"]).model, rtol=rtol, base=feeds)
 
 
+MERGED = [entry for entry in ENTRIES if entry["form"] == "merged"]
+
+
+@pytest.mark.parametrize("entry", MERGED, ids=[Path(e["file"]).stem for e in MERGED])
+def test_residual_fusion_keeps_both_branches_exact(entry: dict) -> None:
+    """With skip-norm too: optimum's merged decoders declare input_ids and attention_mask (where
+    there is one) with the same
+    symbol (`sequence_length`) although they differ at a decode step; the residual fusion's shape
+    proof must not lean on that. Both branches stay exact; an RMS family gets Skip* sites."""
+    original = onnx.load(MODELS_DIR / entry["file"])
+    passes = ["layer-norm", "rms-norm", "skip-norm"]
+    result = normfuse.optimize(MODELS_DIR / entry["file"], passes=passes)
+    if entry["rms_norm_sites"]:
+        assert any(site.kind == "skip-norm" for site in result.report.sites)
+    for sequence, past in STEPS.values():
+        feeds = export_feeds(original, sequence, past, entry["int_input_high"])
+        assert_same_numerics(original, result.model, base=feeds)
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_every_fused_site_matches_its_subgraph_alone(entry: dict) -> None:
     """With the types of each site's own scope, as `optimize(validation=...)` checks them."""
