@@ -91,9 +91,9 @@ MERGED = [entry for entry in ENTRIES if entry["form"] == "merged"]
 @pytest.mark.parametrize("entry", MERGED, ids=[Path(e["file"]).stem for e in MERGED])
 def test_residual_fusion_keeps_both_branches_exact(entry: dict) -> None:
     """With skip-norm too: optimum's merged decoders declare input_ids and attention_mask (where
-    there is one) with the same
-    symbol (`sequence_length`) although they differ at a decode step; the residual fusion's shape
-    proof must not lean on that. Both branches stay exact; an RMS family gets Skip* sites."""
+    there is one) with the same symbol (`sequence_length`) although they differ at a decode step;
+    the residual fusion's shape proof must not lean on that. Both branches stay exact; an RMS
+    family gets Skip* sites."""
     original = onnx.load(MODELS_DIR / entry["file"])
     passes = ["layer-norm", "rms-norm", "skip-norm"]
     result = normfuse.optimize(MODELS_DIR / entry["file"], passes=passes)
