@@ -210,9 +210,12 @@ def export_optimum(family: str) -> list[dict]:
         source, plain, past = Path(folder, "hf"), Path(folder, "plain"), Path(folder, "past")
         model.save_pretrained(source)
         # Whisper: one seq2seq export writes decoder_model (presents, no past) and
-        # decoder_with_past_model; a decoder-only export needs a no-past config for the former.
-        runs = [(past, True)] if family == "whisper" else [(plain, False), (past, True)]
-        for out, use_past_in_inputs in runs:
+        # decoder_with_past_model; a decoder-only model is exported twice, its no-past half with
+        # optimum's config at use_past_in_inputs=False.
+        runs = {past: None}
+        if family != "whisper":
+            runs = {plain: _no_past_configs(model, task), **runs}
+        for out, configs in runs.items():
             main_export(
                 str(source),
                 out,
@@ -221,12 +224,8 @@ def export_optimum(family: str) -> list[dict]:
                 do_validation=False,
                 no_post_process=True,
                 library_name="transformers",
-                custom_onnx_configs=_no_past_configs(model, task)
-                if not use_past_in_inputs
-                else None,
+                custom_onnx_configs=configs,
             )
-        names = sorted(p.name for p in [*plain.glob("*.onnx"), *past.glob("*.onnx")])
-        print(family, names)
         if family == "whisper":
             no_past, with_past = past / "decoder_model.onnx", past / "decoder_with_past_model.onnx"
         else:
