@@ -11,6 +11,8 @@ expected number of norm sites is counted from the PyTorch modules (forward hooks
 `nn.LayerNorm`, RMS-norm and group-norm module), not from the exported graph. An export that
 fails, or that ONNX Runtime cannot run, is recorded in the manifest with its error instead of
 being dropped. The exporter's per-node metadata is stripped (the fixtures' size budget).
+The KV-cache decoders (optimum's merged and with-past decoders, dynamo exports with past inputs)
+come from models/export_kv.py into the manifest's `kv_decoders`, which this script keeps.
 """
 
 from __future__ import annotations
@@ -603,6 +605,11 @@ def count_norm_calls(wrapped: torch.nn.Module, inputs: dict) -> dict:
     """How many times the forward pass calls a layer-norm, an RMS-norm and a group-norm module
     (norms whose result does not reach the exported output, like ConvNeXt's pooler norm, still
     count if called; the wrapper returns only the first output, so the pooler is not)."""
+    return norm_calls(wrapped, lambda: wrapped(*inputs.values()))
+
+
+def norm_calls(root: torch.nn.Module, forward) -> dict:
+    """How many times `forward()` calls each kind of norm module among `root`'s modules."""
     calls = {"layer_norm_sites": 0, "rms_norm_sites": 0, "group_norm_sites": 0}
     # Norms with no scale of their own (diffusers' adaLN: the modulation follows): fused with a
     # unit scale, which the tests otherwise take for a lost one.
@@ -619,9 +626,9 @@ def count_norm_calls(wrapped: torch.nn.Module, inputs: dict) -> dict:
         calls[key(module)] += 1
         calls["unweighted_norm_sites"] += getattr(module, "weight", None) is None
 
-    handles = [module.register_forward_hook(hook) for module in wrapped.modules() if key(module)]
+    handles = [module.register_forward_hook(hook) for module in root.modules() if key(module)]
     with torch.no_grad():
-        wrapped(*inputs.values())
+        forward()
     for handle in handles:
         handle.remove()
     return calls
@@ -724,8 +731,10 @@ def main(names: list[str]) -> int:
     OUT_DIR.mkdir(exist_ok=True)
     chosen = [spec for spec in EXPORTS if not names or spec[0] in names]
     entries = [export(*spec) for spec in chosen]
+    path = HERE / "manifest.json"
+    existing = json.loads(path.read_text()) if path.exists() else {}
     if names:
-        kept = json.loads((HERE / "manifest.json").read_text())["models"]
+        kept = existing["models"]
         entries = [entry for entry in kept if entry["architecture"] not in names] + entries
     manifest = {
         "generator": "models/export.py",
@@ -734,6 +743,9 @@ def main(names: list[str]) -> int:
         "diffusers": importlib.metadata.version("diffusers"),
         "models": entries,
     }
+    # The KV-cache decoders' entries (models/export_kv.py, versions per entry) are kept.
+    if "kv_decoders" in existing:
+        manifest["kv_decoders"] = existing["kv_decoders"]
     (HERE / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     failed = [entry["file"] for entry in entries if "export_error" in entry]
     print(f"exported {len(entries) - len(failed)} of {len(entries)}; failed: {failed or 'none'}")
