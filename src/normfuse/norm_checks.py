@@ -8,6 +8,7 @@ mixed-precision casts are absorbed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -460,6 +461,7 @@ def fused_site(
             if "bias" in match:
                 after_cast, params = (after_cast[0], bias), (params[0], None)
             after_cast = tuple(None if p is None else p.astype(io.dtype) for p in after_cast)
+    input_moves = float16_input_moves(io.x) if input_cast is not None else ()
     params = tuple(p.astype(kernel_dtype) if isinstance(p, np.ndarray) else p for p in params)
     fused = FusedNode(
         emission.op,
@@ -470,6 +472,7 @@ def fused_site(
         extra_outputs=extra_outputs,
         layout=layout,
         input_cast=input_cast,
+        input_moves=input_moves,
         after_cast=after_cast,
         scale_after=None if scale_after is None else scale_after.astype(kernel_dtype),
     )
@@ -511,6 +514,84 @@ def fused_site(
         emission.opset,
         emission.ort_only or ort_only,
         frozenset(id(node) for node in match.nodes),
+    )
+
+
+# Ops that only move values; ONNX Runtime's CPU provider has float16 kernels for them.
+_MOVERS = frozenset(
+    {
+        "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "Identity",
+        "Pad", "Reshape", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile", "Transpose",
+        "Unsqueeze",
+    }
+)  # fmt: skip
+
+
+# Of those, the ones whose only float16 input is their first (the data): the fused node's input
+# Cast can be taken above them, and copies of them then move the float32 values.
+_LIFTABLE = _MOVERS - {"Concat", "Pad", "Split"}
+
+
+def float16_input_moves(x: gs.Tensor) -> tuple[gs.Node, ...]:
+    """For a float16 norm computed in float16 throughout and fused as the float32 kernel between
+    Casts: the value-moving nodes (top first) the input Cast must be taken above. ONNX Runtime's
+    CPU provider runs
+    the ops that have no float16 CPU kernel (MatMul, Mul, Pow, ReduceMean, ...) in float32,
+    removes the Cast pairs it inserted between them, and runs a value-moving op (Reshape,
+    Transpose, ...) between two of them in float32 too: such a chain never rounds to float16.
+    A Cast next to such a mover rounds the value there instead (Mamba2's float16 gated norm
+    `Reshape(x * silu(z))` overflowed to inf where the original stayed finite; a float16 group
+    norm's result, rounded before the Reshape back and the affine, was 1.3x further from
+    float64). So where x is moved from an op without a float16 CPU kernel, the input Cast goes
+    right after that op (its Cast pair cancels, as in the original) and the moves are copied in
+    float32 (the same values under ONNX's semantics too: a move commutes with a widening Cast);
+    where a move cannot be copied (Concat, Pad, Split) the site is refused (`float16-rounding`).
+    The output side is not handled: a result moved on to such an op (a QK-norm into the rotary
+    embedding, a group norm into its Reshape back) is rounded once more than in the original
+    (measured within 1.10x of the original's distance to float64 on the zoo; 1.3x on a float16
+    hand-written group norm: docs/adversary6-findings.md, ADV6-08)."""
+    chain, tensor = [], x
+    while tensor.inputs and tensor.inputs[0].op in _MOVERS:
+        chain.append(tensor.inputs[0])
+        tensor = tensor.inputs[0].inputs[0]
+    source = tensor.inputs[0] if tensor.inputs else None
+    if not chain or source is None or not _runs_in_float32(source):
+        return ()  # x is float16 in the original too: a graph input, a constant, a float16 kernel
+    unliftable = sorted({node.op for node in chain if node.op not in _LIFTABLE})
+    if unliftable:
+        raise Reject(
+            "float16-rounding",
+            f"the float16 input comes through {', '.join(unliftable)} from {source.op}, which "
+            "ONNX Runtime's CPU provider runs in float32 (no float16 kernel): the fused node's "
+            "input Cast would round it to float16 where the original does not",
+        )
+    return tuple(reversed(chain))
+
+
+def _runs_in_float32(node: gs.Node) -> bool:
+    """Whether ONNX Runtime's CPU provider has no float16 kernel for `node`'s op (so it runs it
+    in float32 in a float16 model); True where its kernel registry cannot be read."""
+    if node.op == "Constant":
+        return False
+    ops = cpu_float16_ops()
+    return ops is None or node.op not in ops
+
+
+@functools.cache
+def cpu_float16_ops() -> frozenset[str] | None:
+    """The ops ONNX Runtime's CPU provider has a kernel for with a float16 type (any domain),
+    read from its kernel registry; None where this onnxruntime does not expose it."""
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        kernels = _pybind_state.get_all_opkernel_def()
+    except (ImportError, AttributeError):
+        return None
+    return frozenset(
+        kernel.op_name
+        for kernel in kernels
+        if kernel.provider == "CPUExecutionProvider"
+        and any("tensor(float16)" in types for types in kernel.type_constraints.values())
     )
 
 

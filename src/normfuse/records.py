@@ -55,6 +55,10 @@ class FusedNode:
     # With `input_cast`, the first input is cast to that element type first (a float16 norm
     # computed by the float32 kernel: see `norm_checks.widened_float16`).
     input_cast: int | None = None
+    # With `input_cast`: value-moving nodes (Reshape, Transpose, ...; top first) between the
+    # first input's computing op and it. The Cast reads their first input instead, and copies of
+    # them move the cast values (see `norm_checks.float16_input_moves`).
+    input_moves: tuple[gs.Node, ...] = ()
     # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
     # applies its affine after casting the statistics' result back.
     after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)

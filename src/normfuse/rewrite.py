@@ -385,7 +385,12 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     output = site.root
     output.inputs.clear()
     if fused.input_cast is not None:
-        inputs[0] = emitter.fed_by(inputs[0], "Cast", {"to": fused.input_cast}, name)
+        moves = fused.input_moves
+        source = moves[0].inputs[0] if moves else inputs[0]
+        inputs[0] = emitter.fed_by(source, "Cast", {"to": fused.input_cast}, name)
+        for move in moves:  # the same moves, of the cast values
+            operands = tuple(move.inputs[1:])
+            inputs[0] = emitter.fed_by(inputs[0], move.op, dict(move.attrs), name, operands)
     for op, value in reversed(list(zip(("Mul", "Add"), fused.after_cast, strict=True))):
         if value is not None:
             operand = _constant(value, f"{name}/{op}_operand", own, emitter)
