@@ -168,15 +168,15 @@ def _unit_scale(match: Match, shape, io) -> np.ndarray:
 
 
 def _group_normalization_site(match: Match, context: Context) -> Site | None:
-    """A `GroupNormalization`-21 node as Reshape [0, G, L] -> LayerNormalization(axis=-1) ->
+    """A `GroupNormalization`-18/21 node as Reshape [0, G, L] -> LayerNormalization(axis=-1) ->
     Reshape [0, C, *S] -> Mul(gamma) -> Add(beta): the op's definition (population variance per
     group, epsilon inside the root) with two-pass statistics, where ONNX Runtime's CPU provider
     has no kernel and runs the one-pass function body (slower; NaN where a group's mean is large
-    against its spread). float32 only; C and S static. `GroupNormalization`-18 (scale and bias
-    per group, deprecated) is left to the runtime: None."""
+    against its spread). float32 only; C and S static. -18's per-group scale and bias become
+    per channel (`_group_normalization_affine`)."""
     node = match.node("group_normalization")
     found = schema("GroupNormalization", context.reader.opset)
-    if found is None or found.since_version != 21:
+    if found is None or found.since_version not in (18, 21):
         return None
     x = match["x"]
     if context.elem_type(x) != onnx.TensorProto.FLOAT:
@@ -195,16 +195,7 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     eps = float(attrs.get("epsilon", 1e-5))
     if not (np.isfinite(eps) and eps > 0):
         raise checks.Reject("epsilon-not-positive", f"epsilon is {eps}")
-    per_channel = (channels, *(1,) * (len(shape) - 2))
-    affine = []
-    for name in ("gn_scale", "gn_bias"):
-        value = context.reader.value(match[name])
-        if value is None or value.shape != (channels,) or value.dtype != np.float32:
-            shown = "unknown" if value is None else list(value.shape)
-            raise checks.Reject(
-                _AFFINE_REASONS[name], f"{name[3:]} of shape {shown} is not [{channels}] float32"
-            )
-        affine.append(value.reshape(per_channel))
+    affine = _group_normalization_affine(match, context, shape, groups, found.since_version)
     emission = context.emissions[KIND]
     if emission is None:
         raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
@@ -235,6 +226,31 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
         emission.ort_only,
         frozenset({id(node)}),
     )
+
+
+def _group_normalization_affine(
+    match: Match, context: Context, shape: tuple, groups: int, version: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The node's scale and bias as per-channel constants [C, 1, ...]: GroupNormalization-21's
+    are [C]; -18's are per group, [G], and channel c takes group c // (C/G)'s value (repeating
+    each value C/G times: the same products and sums in the same order, exact)."""
+    channels = shape[1]
+    count = channels if version == 21 else groups
+    per_channel = (channels, *(1,) * (len(shape) - 2))
+    affine = []
+    for name in ("gn_scale", "gn_bias"):
+        value = context.reader.value(match[name])
+        if value is None or value.shape != (count,) or value.dtype != np.float32:
+            shown = "unknown" if value is None else list(value.shape)
+            raise checks.Reject(
+                _AFFINE_REASONS[name],
+                f"{name[3:]} of shape {shown} is not [{count}] float32 "
+                f"(GroupNormalization-{version})",
+            )
+        if version == 18:
+            value = np.repeat(value, channels // groups)
+        affine.append(value.reshape(per_channel))
+    return affine[0], affine[1]
 
 
 def _instance_norm_site(match: Match, context: Context) -> Site | None:

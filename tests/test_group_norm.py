@@ -514,14 +514,16 @@ GROUP_NORMALIZATION_SHAPES = {
 }
 
 
+@pytest.mark.parametrize("opset", [21, 18])
 @pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_SHAPES))
-def test_rewrites_group_normalization_21_to_the_layer_norm_form(name: str) -> None:
-    """A GroupNormalization-21 node (no ORT CPU kernel: ORT runs its one-pass body) becomes
-    Reshape -> LayerNormalization -> Reshape -> Mul -> Add: the original's values on random
-    inputs; on adversarial ones within tolerance or nearer float64, and finite where the
-    original's one-pass variance gave NaN (a repair, which the large-mean input must show)."""
+def test_rewrites_group_normalization_to_the_layer_norm_form(name: str, opset: int) -> None:
+    """A GroupNormalization-21 node, or -18 (scale and bias per group; no ORT CPU kernel for
+    either: ORT runs the one-pass body) becomes Reshape -> LayerNormalization -> Reshape -> Mul
+    -> Add: the original's values on random inputs; on adversarial ones within tolerance or
+    nearer float64, and finite where the original's one-pass variance gave NaN (a repair, which
+    the large-mean input must show)."""
     shape, groups = GROUP_NORMALIZATION_SHAPES[name]
-    original = group_normalization_model(shape, groups)
+    original = group_normalization_model(shape, groups, opset=opset)
     result = normfuse.optimize(original, validation=ValidationOptions())
     assert [site.kind for site in result.report.sites] == ["group-norm"]
     assert result.report.near_misses == []
@@ -544,14 +546,18 @@ def test_rewrites_group_normalization_21_to_the_layer_norm_form(name: str) -> No
 
 
 def _group_norm_reference(model: onnx.ModelProto, x: np.ndarray, groups: int) -> np.ndarray:
-    """GroupNormalization-21 by its definition in float64 NumPy (two-pass statistics)."""
+    """GroupNormalization-18/21 by its definition in float64 NumPy (two-pass statistics; -18's
+    scale and bias [G] apply to each group's channels, -21's [C] per channel)."""
     values = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     grouped = x.astype(np.float64).reshape(x.shape[0], groups, -1)
     centered = grouped - grouped.mean(-1, keepdims=True)
-    normed = (centered / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    normed = centered / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)
+    if values["scale"].size == groups and groups != x.shape[1]:
+        scale, bias = (values[n].astype(np.float64)[:, None] for n in ("scale", "bias"))
+        return (normed * scale + bias).reshape(x.shape)
     per_channel = (x.shape[1], *(1,) * (x.ndim - 2))
     scale, bias = (values[n].astype(np.float64).reshape(per_channel) for n in ("scale", "bias"))
-    return normed * scale + bias
+    return normed.reshape(x.shape) * scale + bias
 
 
 def _as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -592,18 +598,46 @@ def test_group_normalization_21_hazards_are_left_with_their_reason(name: str) ->
     assert_unchanged(build(), reason)
 
 
-def test_group_normalization_18_is_left_to_the_runtime() -> None:
-    """GroupNormalization-18 (scale and bias per group, deprecated): not rewritten."""
-    original = _with_opset(group_normalization_model((1, 8, 5, 5), 4), 18)
-    original.graph.initializer[0].CopyFrom(
-        onnx.numpy_helper.from_array(np.ones(4, np.float32), "scale")
-    )
-    original.graph.initializer[1].CopyFrom(
-        onnx.numpy_helper.from_array(np.zeros(4, np.float32), "bias")
-    )
+def _with_parameter(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    index = [t.name for t in copy.graph.initializer].index(name)
+    copy.graph.initializer[index].CopyFrom(onnx.numpy_helper.from_array(value, name))
+    return copy
+
+
+GROUP_NORMALIZATION_18_NEGATIVES = {
+    # -18 with a per-channel [C] scale or bias (-21's layout): not the op's [G] contract.
+    "per_channel_scale": ("scale", np.ones(8, np.float32), "gamma-shape"),
+    "per_channel_bias": ("bias", np.zeros(8, np.float32), "beta-shape"),
+    "float64_scale": ("scale", np.ones(4, np.float64), "gamma-shape"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_18_NEGATIVES))
+def test_group_normalization_18_look_alikes_are_left_with_their_reason(name: str) -> None:
+    parameter, value, reason = GROUP_NORMALIZATION_18_NEGATIVES[name]
+    original = group_normalization_model((1, 8, 5, 5), 4, opset=18)
+    assert_unchanged(_with_parameter(original, parameter, value), reason)
+
+
+def test_group_normalization_18_in_float16_is_left_with_its_reason() -> None:
+    original = _as_float16(group_normalization_model((1, 8, 5, 5), 4, opset=18))
+    assert_unchanged(original, "unsupported-dtype")
+
+
+def test_group_normalization_18_scale_repeats_per_group() -> None:
+    """Each group's scale and bias value lands on exactly its C/G channels (a distinct value per
+    group: a wrong repeat or a tiled layout changes the output, which the node's run shows)."""
+    original = group_normalization_model((1, 6, 3, 3), 3, opset=18)
+    original = _with_parameter(original, "scale", np.array([1.0, -2.0, 3.0], np.float32))
+    original = _with_parameter(original, "bias", np.array([10.0, 0.0, -10.0], np.float32))
     result = normfuse.optimize(original)
-    assert result.report.sites == []
-    assert result.model.SerializeToString() == original.SerializeToString()
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    x = random_inputs(original, {}, seed=4)["x"]
+    before, after = run(original, {"x": x})[0], run(result.model, {"x": x})[0]
+    np.testing.assert_allclose(after, before, atol=1e-5)
+    np.testing.assert_allclose(after, _group_norm_reference(original, x, 3), atol=1e-5)
 
 
 def _cast_first_group_norm(back: str, shape: tuple = ("batch", 8, 5, 5)) -> onnx.ModelProto:
