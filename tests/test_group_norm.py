@@ -19,6 +19,7 @@ from helpers import (
     run,
     script_bench_clock,
 )
+from onnx import helper
 
 import normfuse
 from models.builders import (
@@ -571,6 +572,25 @@ def _as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _as_type(model: onnx.ModelProto, elem_type: int) -> onnx.ModelProto:
+    """`model` with x, y, scale and bias of `elem_type` (values cast through float32)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for info in [*copy.graph.input, *copy.graph.output]:
+        info.type.tensor_type.elem_type = elem_type
+    for tensor in copy.graph.initializer:
+        values = onnx.numpy_helper.to_array(tensor).astype(np.float32).reshape(-1).tolist()
+        tensor.CopyFrom(helper.make_tensor(tensor.name, elem_type, tensor.dims, values))
+    return copy
+
+
+def _with_stash_type(model: onnx.ModelProto, stash_type: int) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.graph.node[0].attribute.append(helper.make_attribute("stash_type", stash_type))
+    return copy
+
+
 def _with_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -578,8 +598,67 @@ def _with_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     return copy
 
 
+@pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_SHAPES))
+def test_rewrites_float16_group_normalization_21_between_casts(name: str) -> None:
+    """float16 GroupNormalization-21 (stash type float32: x cast to float32, normalised, the
+    result cast back, the affine in float16) becomes Cast -> Reshape -> LayerNormalization ->
+    Reshape -> Cast -> Mul -> Add in that order, and is no further from a float64 evaluation of
+    the op's definition than the node (issue 23's float16 rule), on random and adversarial
+    inputs; where the node's one-pass variance is NaN/inf the rewrite is finite (a repair)."""
+    shape, groups = GROUP_NORMALIZATION_SHAPES[name]
+    original = _as_float16(group_normalization_model(shape, groups))
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    assert result.report.validation.passed and result.report.validation.rolled_back == []
+    onnx.checker.check_model(result.model, full_check=True)
+    order = [node.op_type for node in result.model.graph.node]
+    assert order == ["Cast", "Reshape", "LayerNormalization", "Reshape", "Cast", "Mul", "Add"]
+    feeds = random_inputs(original, {"batch": 3}, seed=9)
+    shape = feeds["x"].shape
+    cases = [feeds["x"], _two_values(shape), *adversarial_inputs(shape)]
+    for x in cases:
+        _assert_no_further_from_float64(original, result.model, x.astype(np.float16), groups)
+
+
+def _two_values(shape: tuple[int, ...]) -> np.ndarray:
+    """1000 + 0.5·{0, 1}: a large mean against a spread float16 holds exactly."""
+    return 1000 + 0.5 * np.random.default_rng(3).integers(0, 2, shape)
+
+
+def _assert_no_further_from_float64(
+    original: onnx.ModelProto, fused: onnx.ModelProto, x: np.ndarray, groups: int
+) -> bool:
+    """The fused model's float16 output is finite and no further from the op's definition in
+    float64 than the original's; returns whether the original's was not finite (a repair)."""
+    reference = _group_norm_reference(original, x, groups)
+    before, after = run(original, {"x": x})[0], run(fused, {"x": x})[0]
+    assert after.dtype == np.float16 and np.all(np.isfinite(after))
+    error_before = np.nan_to_num(np.abs(before - reference), nan=np.inf, posinf=np.inf)
+    assert np.max(np.abs(after - reference)) <= np.max(error_before)
+    return not np.all(np.isfinite(before))
+
+
+@pytest.mark.parametrize("name", ["rank_5", "group_per_channel"])
+def test_float16_group_normalization_21_rewrite_repairs_the_one_pass_nan(name: str) -> None:
+    """At 1000 + 0.5·{0, 1} the node's one-pass float32 variance goes negative (NaN) at these
+    shapes; the rewrite's two-pass statistics are finite and near float64."""
+    shape, groups = GROUP_NORMALIZATION_SHAPES[name]
+    original = _as_float16(group_normalization_model(shape, groups))
+    fused = normfuse.optimize(original).model
+    x = _two_values(tuple(3 if isinstance(d, str) else d for d in shape)).astype(np.float16)
+    assert _assert_no_further_from_float64(original, fused, x, groups)
+
+
 GROUP_NORMALIZATION_NEGATIVES = {
-    "float16": (lambda: _as_float16(group_normalization_model()), "unsupported-dtype"),
+    "bfloat16": (
+        lambda: _as_type(group_normalization_model(), onnx.TensorProto.BFLOAT16),
+        "unsupported-dtype",
+    ),
+    "float16_stash_float16": (
+        lambda: _with_stash_type(_as_float16(group_normalization_model()), 10),
+        "cast-types",
+    ),
     "symbolic_spatial": (
         lambda: group_normalization_model(("batch", 8, "h", 5)),
         "unknown-shape",
