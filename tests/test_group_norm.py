@@ -788,3 +788,49 @@ def test_reshape_back_to_the_shape_of_another_tensor_is_refused(back: str) -> No
     assert result.report.sites == []
     assert "reshape-not-restored" in [miss.reason for miss in result.report.near_misses]
     assert_same_numerics(original, result.model)
+
+
+def _chained_group_normalizations(between: str) -> onnx.ModelProto:
+    """x -> GroupNormalization-21 -> Relu [-> Resize(nearest, x2)] -> GroupNormalization-21,
+    no value_info: onnx's shape inference types no GroupNormalization output, so the second
+    node's x is typed only through normfuse's derivation (and through Resize's rule)."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("GroupNormalization", ["x", "s0", "b0"], ["g0"], num_groups=4),
+        helper.make_node("Relu", ["g0"], ["r0"]),
+    ]
+    if between == "resize":
+        nodes.append(helper.make_node("Resize", ["r0", "", "scales"], ["r1"], mode="nearest"))
+    second = [nodes[-1].output[0], "s1", "b1"]
+    nodes.append(helper.make_node("GroupNormalization", second, ["y"], num_groups=2))
+    parameters = [
+        onnx.numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), name)
+        for name in ("s0", "s1")
+    ] + [
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, 8).astype(np.float32), name)
+        for name in ("b0", "b1")
+    ]
+    parameters.append(onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    graph = helper.make_graph(
+        nodes,
+        "chained",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 8, 4, 5])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        parameters,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("between", ["relu", "resize"])
+def test_group_normalization_after_another_is_typed_and_rewritten(between: str) -> None:
+    """dynamo's UNet exports chain GroupNormalization-21 nodes through Conv and Resize; before
+    GroupNormalization was typed as its input, only the first of 21 was rewritten (the rest
+    `unsupported-dtype`, x of unknown type)."""
+    original = _chained_group_normalizations(between)
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"] * 2
+    assert result.report.near_misses == []
+    assert "GroupNormalization" not in op_counts(result.model)
+    assert_same_numerics(original, result.model, {"batch": 2}, seed=3)
