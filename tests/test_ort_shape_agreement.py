@@ -578,3 +578,28 @@ def test_control_flow_shapes_normfuse_trusts_agree_with_onnx_runtime(name: str) 
 
 def _inputs(session: ort.InferenceSession) -> set[str]:
     return {info.name for info in session.get_inputs()}
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("shape", [(2, 6, 7), (1, 4, 3, 5), (2, 6, 2, 3, 2)])
+def test_group_normalization_output_is_typed_as_onnx_runtime_produces_it(
+    opset: int, shape: tuple
+) -> None:
+    """onnx infers no type for a GroupNormalization output; normfuse derives its input's type
+    and shape (`shapes.TYPED_AS_INPUT`), which is what ONNX Runtime's run produces."""
+    from normfuse.shapes import derive_types
+
+    groups = 2
+    count = groups if opset == 18 else shape[1]
+    case = Case(
+        "GroupNormalization",
+        [shape, f32(count), f32(count)],
+        {"num_groups": groups},
+        opset=opset,
+    )
+    model = case.model()
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    assert not inferred.graph.output[0].type.HasField("tensor_type")  # onnx: nothing
+    _, actual = _shapes(case)
+    derived = derive_types(model).types["o0"]
+    assert derived == (F, actual[0]) == (F, shape)
