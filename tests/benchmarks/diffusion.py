@@ -27,6 +27,7 @@ Run on demand (not a test; needs the `models` and `benchmarks` extras), from the
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import sys
 import tempfile
@@ -49,6 +50,7 @@ PIPELINES = (ORIGINAL, NF, OPT, OPT_NF)
 # The optimizer's model_type 'unet' for both subjects (ort_optimizer.ORT_MODEL_TYPES).
 ARCHITECTURES = {"unet": "unet_block", "vae_decoder": "unet_block"}
 GROUP_NORM_OPS = ("GroupNorm", "SkipGroupNorm")
+NUMPY_TYPES = {torch.float32: np.float32, torch.float16: np.float16}
 SHOWN_OPS = ("GroupNormalization", "InstanceNormalization", "LayerNormalization", *GROUP_NORM_OPS)
 
 
@@ -271,13 +273,67 @@ def row(label: str, built: dict[str, dict]) -> str:
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
+def float64_distances(name: str, dtype: torch.dtype, seeds: int) -> list[str]:
+    """The dynamo (opset 21) export of `name` in `dtype`, original and normfuse's output, each
+    run at ORT_DISABLE_ALL on `seeds` standard-normal inputs, against the module in float64 (its
+    weights first rounded to `dtype`, as the export holds them): per seed, the largest absolute
+    error of each, their ratio, the mean absolute errors, and on how many elements normfuse's
+    output is nearer and further than the original's."""
+    model, inputs = subject(name)
+    model = model.to(dtype)
+    reference = copy.deepcopy(model).double()
+    lines = [
+        f"{name} dynamo opset 21 {dtype}: seed, max error original / normfuse (ratio), "
+        "mean error original / normfuse, elements nearer / further"
+    ]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.onnx"
+        export(model, {k: v.to(dtype) for k, v in inputs.items()}, "dynamo", 21, path)
+        result = normfuse.optimize(path)
+        normfuse.save(result, Path(folder) / "nf.onnx")
+        runs = [
+            sessions.create(str(p), "cpu", "disable", None)
+            for p in (path, Path(folder) / "nf.onnx")
+        ]
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            feeds = {
+                key: (rng.normal(0, 1, value.shape) if key != "timestep" else np.ones(value.shape))
+                for key, value in inputs.items()
+            }
+            feeds = {key: value.astype(NUMPY_TYPES[dtype]) for key, value in feeds.items()}
+            with torch.no_grad():
+                exact = reference(*(torch.from_numpy(v.astype(np.float64)) for v in feeds.values()))
+            errors = [
+                np.abs(run.run(None, feeds)[0].astype(np.float64) - exact.numpy()) for run in runs
+            ]
+            before, after = (float(np.max(e)) for e in errors)
+            lines.append(
+                f"{seed}: {before:.2e} / {after:.2e} ({after / before:.3f}), "
+                f"{errors[0].mean():.3e} / {errors[1].mean():.3e}, "
+                f"{int((errors[1] < errors[0]).sum())} / {int((errors[1] > errors[0]).sum())}"
+            )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subjects", default="unet,vae_decoder")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument(
+        "--distances",
+        type=int,
+        metavar="SEEDS",
+        help="only the float64 distances (float32 and float16 dynamo exports) over this many seeds",
+    )
     args = parser.parse_args()
+    if args.distances:
+        for name in args.subjects.split(","):
+            for dtype in (torch.float32, torch.float16):
+                print("\n".join(float64_distances(name, dtype, args.distances)))
+        return 0
     options = bench.BenchOptions(
         levels=("all",), runs=args.runs, warmup=args.warmup, threads=1, sessions=args.sessions
     )
