@@ -9,7 +9,8 @@ What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is nev
               | Cast(float32) ──> those statistics ──> Cast(float16)  (diffusers, float16)
     back ──> Mul(gamma[C, 1, 1]) ──> Add(beta[C, 1, 1]) ──> y
     (dynamo at opset 21 writes GroupNormalization-21 itself: rewritten to the same form, the
-    Reshapes and the affine emitted around the LayerNormalization)
+    Reshapes and the affine emitted around the LayerNormalization; float16 between Casts;
+    GroupNormalization-18's per-group scale and bias repeated per channel)
 
 Instance norm with a per-channel affine (statistics over S of x itself, no Reshapes) is the G = C
 case. What is emitted was decided by what ONNX Runtime's CPU provider runs and by measurement
