@@ -1278,12 +1278,16 @@ def onnx_group_norm_function_model(
 
 
 def group_normalization_model(
-    shape: tuple = ("batch", 8, 5, 5), groups: int = 4, epsilon: float = 1e-5, seed: int = 0
+    shape: tuple = ("batch", 8, 5, 5),
+    groups: int = 4,
+    epsilon: float = 1e-5,
+    seed: int = 0,
+    opset: int = 21,
 ) -> onnx.ModelProto:
     """One `GroupNormalization`-21 node (dynamo's `nn.GroupNorm` at opset 21), per-channel scale
-    and bias as initializers."""
+    and bias as initializers; at `opset` 18-20 GroupNormalization-18, scale and bias per group."""
     rng = np.random.default_rng(seed)
-    channels = shape[1]
+    channels = shape[1] if opset >= 21 else groups
     node = helper.make_node(
         "GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=groups, epsilon=epsilon
     )
@@ -1298,7 +1302,7 @@ def group_normalization_model(
         [helper.make_tensor_value_info("y", FLOAT, list(shape))],
         parameters,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
     return model
 
