@@ -116,10 +116,14 @@ def find_sites(
                 key = id(fusion_pass.site_key(found))
                 candidates.setdefault(key, []).append(found)
     graph_outputs = {tensor.name for tensor in graph.outputs}
-    everything = [found for group in candidates.values() for found in group]
+    by_node: dict[int, list[Match]] = {}  # each node's candidates, in collection order
+    for group in candidates.values():
+        for found in group:
+            for node in found.nodes:
+                by_node.setdefault(id(node), []).append(found)
     sites, near_misses = [], []
     for group in candidates.values():
-        outcome = _decide(group, fusion_pass, context, graph_outputs, everything)
+        outcome = _decide(group, fusion_pass, context, graph_outputs, by_node)
         if isinstance(outcome, Site):
             sites.append(outcome)
         elif outcome is not None:
@@ -158,7 +162,7 @@ def _decide(
     fusion_pass: FusionPass,
     context: Context,
     graph_outputs: set[str],
-    everything: list[Match],
+    by_node: dict[int, list[Match]],
 ) -> Site | NearMiss | None:
     """The largest acceptable candidate; a smaller one only where a larger one's intermediates
     escape the subgraph (unless they escape only into a partner: `_partner`). Otherwise the
@@ -178,7 +182,7 @@ def _decide(
         if isinstance(outcome, Site):
             escape = _escaping_intermediate(found, fusion_pass, graph_outputs, outcome)
             if escape is not None and not _partner(
-                found, fusion_pass, context, graph_outputs, everything
+                found, fusion_pass, context, graph_outputs, by_node
             ):
                 outcome = escape
         if isinstance(outcome, Site):
@@ -299,7 +303,7 @@ def _partner(
     fusion_pass: FusionPass,
     context: Context,
     graph_outputs: set[str],
-    everything: list[Match],
+    by_node: dict[int, list[Match]],
 ) -> bool:
     """True when `found`'s intermediates escape only into other candidates of the same pass
     that read the same x, are each exactly a site, and whose own intermediates escape only into
@@ -327,7 +331,7 @@ def _partner(
         user = pending.pop()
         if id(user) in covered:
             continue
-        candidates = [o for o in everything if any(node is user for node in o.nodes)]
+        candidates = by_node.get(id(user), [])
         partner = next((o for o in candidates if is_partner(o)), None)
         back = None if partner is None else _outside_users(partner, fusion_pass, graph_outputs)
         if back is None:
