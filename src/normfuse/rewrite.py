@@ -83,17 +83,27 @@ def run(
             ]
     names = _NameRegistry([scope for scope, _, _ in scopes])
     result = RunResult()
+    # A later round rescans a (pass, scope) only if some scope changed since that pass last
+    # scanned it (scopes share outer tensors, so any rewrite counts); otherwise its verdicts are
+    # those of that scan: no sites (it applied none, or a change would have been counted) and the
+    # same near-misses.
+    changes = 0
+    last_scan: dict[tuple[int, int], tuple[int, list[NearMiss]]] = {}
     for _ in range(MAX_ROUNDS):
         fused_this_round = 0
         near_misses: list[NearMiss] = []
-        for fusion_pass in passes:
-            for scope, scope_context, function in scopes:
-                sites, misses = find_sites(scope, fusion_pass, scope_context)
-                sites = [replace(site, function=function) for site in sites]
-                apply_sites(scope, sites, names, scope_context.reader)
-                result.sites.extend(sites)
+        for pass_index, fusion_pass in enumerate(passes):
+            for scope_index, (scope, scope_context, function) in enumerate(scopes):
+                seen, misses = last_scan.get((pass_index, scope_index), (-1, []))
+                if seen != changes:
+                    sites, misses = find_sites(scope, fusion_pass, scope_context)
+                    last_scan[(pass_index, scope_index)] = (changes, misses)
+                    sites = [replace(site, function=function) for site in sites]
+                    apply_sites(scope, sites, names, scope_context.reader)
+                    result.sites.extend(sites)
+                    fused_this_round += len(sites)
+                    changes += bool(sites)
                 near_misses.extend(misses)
-                fused_this_round += len(sites)
         result.near_misses = near_misses
         if not fused_this_round:
             break
