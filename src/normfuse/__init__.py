@@ -16,7 +16,17 @@ from pathlib import Path
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import guard, model_io, model_view, placement, records, rewrite, rollback, targets
+from normfuse import (
+    collector,
+    guard,
+    model_io,
+    model_view,
+    placement,
+    records,
+    rewrite,
+    rollback,
+    targets,
+)
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
 from normfuse.context import Context
@@ -59,6 +69,7 @@ class OptimizeResult:
     base_dir: Path | None
 
 
+@collector.paused()  # a large model's objects are not walked again and again
 def optimize(
     model: ModelLike,
     target: str = "ort",

@@ -142,8 +142,12 @@ def _match(
     elif isinstance(pattern, Const):
         yield from _match_const(pattern, tensor, state, reader)
     elif isinstance(pattern, AnyOf):
+        node = producer(tensor)
+        op = None if node is None else node.op
         for alternative in pattern.alternatives:
-            yield from _match(alternative, tensor, state, reader)
+            # Cheap rejection first: an `Op` of another type cannot match (`_match_op`).
+            if not isinstance(alternative, Op) or alternative.op == op:
+                yield from _match(alternative, tensor, state, reader)
     else:
         yield from _match_op(pattern, tensor, state, reader)
 

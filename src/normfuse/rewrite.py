@@ -83,17 +83,27 @@ def run(
             ]
     names = _NameRegistry([scope for scope, _, _ in scopes])
     result = RunResult()
+    # A later round rescans a (pass, scope) only if some scope changed since that pass last
+    # scanned it (scopes share outer tensors, so any rewrite counts); otherwise its verdicts are
+    # those of that scan: no sites (it applied none, or a change would have been counted) and the
+    # same near-misses.
+    changes = 0
+    last_scan: dict[tuple[int, int], tuple[int, list[NearMiss]]] = {}
     for _ in range(MAX_ROUNDS):
         fused_this_round = 0
         near_misses: list[NearMiss] = []
-        for fusion_pass in passes:
-            for scope, scope_context, function in scopes:
-                sites, misses = find_sites(scope, fusion_pass, scope_context)
-                sites = [replace(site, function=function) for site in sites]
-                apply_sites(scope, sites, names, scope_context.reader)
-                result.sites.extend(sites)
+        for pass_index, fusion_pass in enumerate(passes):
+            for scope_index, (scope, scope_context, function) in enumerate(scopes):
+                seen, misses = last_scan.get((pass_index, scope_index), (-1, []))
+                if seen != changes:
+                    sites, misses = find_sites(scope, fusion_pass, scope_context)
+                    last_scan[(pass_index, scope_index)] = (changes, misses)
+                    sites = [replace(site, function=function) for site in sites]
+                    apply_sites(scope, sites, names, scope_context.reader)
+                    result.sites.extend(sites)
+                    fused_this_round += len(sites)
+                    changes += bool(sites)
                 near_misses.extend(misses)
-                fused_this_round += len(sites)
         result.near_misses = near_misses
         if not fused_this_round:
             break
@@ -116,10 +126,14 @@ def find_sites(
                 key = id(fusion_pass.site_key(found))
                 candidates.setdefault(key, []).append(found)
     graph_outputs = {tensor.name for tensor in graph.outputs}
-    everything = [found for group in candidates.values() for found in group]
+    by_node: dict[int, list[Match]] = {}  # each node's candidates, in collection order
+    for group in candidates.values():
+        for found in group:
+            for node in found.nodes:
+                by_node.setdefault(id(node), []).append(found)
     sites, near_misses = [], []
     for group in candidates.values():
-        outcome = _decide(group, fusion_pass, context, graph_outputs, everything)
+        outcome = _decide(group, fusion_pass, context, graph_outputs, by_node)
         if isinstance(outcome, Site):
             sites.append(outcome)
         elif outcome is not None:
@@ -158,7 +172,7 @@ def _decide(
     fusion_pass: FusionPass,
     context: Context,
     graph_outputs: set[str],
-    everything: list[Match],
+    by_node: dict[int, list[Match]],
 ) -> Site | NearMiss | None:
     """The largest acceptable candidate; a smaller one only where a larger one's intermediates
     escape the subgraph (unless they escape only into a partner: `_partner`). Otherwise the
@@ -178,7 +192,7 @@ def _decide(
         if isinstance(outcome, Site):
             escape = _escaping_intermediate(found, fusion_pass, graph_outputs, outcome)
             if escape is not None and not _partner(
-                found, fusion_pass, context, graph_outputs, everything
+                found, fusion_pass, context, graph_outputs, by_node
             ):
                 outcome = escape
         if isinstance(outcome, Site):
@@ -299,7 +313,7 @@ def _partner(
     fusion_pass: FusionPass,
     context: Context,
     graph_outputs: set[str],
-    everything: list[Match],
+    by_node: dict[int, list[Match]],
 ) -> bool:
     """True when `found`'s intermediates escape only into other candidates of the same pass
     that read the same x, are each exactly a site, and whose own intermediates escape only into
@@ -327,7 +341,7 @@ def _partner(
         user = pending.pop()
         if id(user) in covered:
             continue
-        candidates = [o for o in everything if any(node is user for node in o.nodes)]
+        candidates = by_node.get(id(user), [])
         partner = next((o for o in candidates if is_partner(o)), None)
         back = None if partner is None else _outside_users(partner, fusion_pass, graph_outputs)
         if back is None:
