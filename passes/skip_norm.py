@@ -131,12 +131,11 @@ def _check(match: Match, context: Context) -> Site:
         )
     if norm.op == "LayerNormalization":
         raise checks.Reject("skip-less-accurate", _LESS_ACCURATE)
-    for name in ("scale", "bias"):
-        if _given(match, name):
-            _per_feature(match, name, context, hidden, rank=rank)
+    if _given(match, "scale"):  # only an RMS norm gets here: no bias
+        _gamma(match, context, hidden, rank=rank)
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
     tensors = (match["sum"], first, second)  # all of the proved shape
-    question = FormQuestion(family, shape, elem_type, _given(match, "bias"), tensors, norm.op)
+    question = FormQuestion(family, shape, elem_type, False, tensors, norm.op)
     return _site(match, norm, context, hidden, question)
 
 
@@ -163,16 +162,15 @@ def _given(match: Match, name: str) -> bool:
     return name in match and bool(match[name].name)
 
 
-def _per_feature(
-    match: Match, name: str, context: Context, hidden: int, dtype=None, rank: int | None = None
+def _gamma(
+    match: Match, context: Context, hidden: int, dtype=None, rank: int | None = None
 ) -> np.ndarray | gs.Tensor:
-    """The kernel's contract: gamma and beta are 1-D, one value per feature. A constant shaped
+    """The kernel's contract: gamma is 1-D, one value per feature. A constant shaped
     [1, ..., 1, hidden] of at most the input's `rank` where given (the op's output has the
     input's rank) is that vector (as `dtype`); a tensor computed or fed at run time must be
     declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
     as it is; anything else stays."""
-    tensor = match[name]
-    reason = {"scale": "gamma-shape", "bias": "beta-shape"}[name]
+    tensor, name, reason = match["scale"], "scale", "gamma-shape"
     if not context.reader.is_constant(tensor):
         shape, elem_type = context.shape(tensor), context.elem_type(tensor)
         if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
@@ -201,9 +199,8 @@ def _site(
     match: Match, norm: gs.Node, context: Context, hidden: int, question: FormQuestion
 ) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
-    gamma = _per_feature(match, "scale", context, hidden, dtype)
-    beta = [_per_feature(match, "bias", context, hidden, dtype)] if _given(match, "bias") else []
-    inputs = (match["input"], match["skip"], gamma, *beta)
+    gamma = _gamma(match, context, hidden, dtype)
+    inputs = (match["input"], match["skip"], gamma)
     extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream
     epsilon = float(norm.attrs.get("epsilon", 1e-5))
     op = SKIP_OPS[norm.op]

@@ -127,7 +127,7 @@ REASONS = (
     Reason(
         "beta-shape",
         "the bias does not vary along the normalised axes only, or does not fit the op",
-        ("norm_checks", "group_norm", "skip_norm", "final_check"),
+        ("norm_checks", "group_norm", "final_check"),
     ),
     Reason(
         "broadcast-shape",

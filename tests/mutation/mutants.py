@@ -67,12 +67,12 @@ MUTANTS = (
         "the fused LayerNormalization takes the bias as scale and the scale as bias",
     ),
     Mutant(
-        "skip-scale-bias-swapped",
+        "skip-scale-dropped",
         "passes/skip_norm.py",
-        '    inputs = (match["input"], match["skip"], gamma, *beta)\n',
-        '    inputs = (match["input"], match["skip"], *beta, gamma)\n',
+        '    inputs = (match["input"], match["skip"], gamma)\n',
+        '    inputs = (match["input"], match["skip"], np.ones_like(gamma))\n',
         SKIP,
-        "SkipLayerNormalization takes the bias as gamma and gamma as the bias",
+        "the Skip* node normalises with a unit scale: the model's gamma is lost",
     ),
     Mutant(
         "axis-off-by-one",
@@ -190,8 +190,8 @@ MUTANTS = (
     Mutant(
         "every-pass-disabled",
         "src/normfuse/rewrite.py",
-        "        for fusion_pass in passes:\n",
-        "        for fusion_pass in ():\n",
+        "        for pass_index, fusion_pass in enumerate(passes):\n",
+        "        for pass_index, fusion_pass in enumerate(()):\n",
         ("tests/test_adversarial.py",),
         "no pass runs: nothing is fused and no near-miss is reported (the corpus pins outcomes)",
     ),
