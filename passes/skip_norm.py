@@ -170,25 +170,25 @@ def _gamma(
     input's rank) is that vector (as `dtype`); a tensor computed or fed at run time must be
     declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
     as it is; anything else stays."""
-    tensor, name, reason = match["scale"], "scale", "gamma-shape"
+    tensor = match["scale"]
     if not context.reader.is_constant(tensor):
         shape, elem_type = context.shape(tensor), context.elem_type(tensor)
         if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
             raise checks.Reject(
-                reason,
-                f"{name} of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}] of x's type",
+                "gamma-shape",
+                f"scale of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}] of x's type",
             )
         return tensor
     value = context.reader.value(tensor)
     if value is None or value.size != hidden or any(dim != 1 for dim in value.shape[:-1]):
         shape = None if value is None else tuple(value.shape)
         raise checks.Reject(
-            reason, f"{name} of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}]"
+            "gamma-shape", f"scale of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}]"
         )
     if rank is not None and value.ndim > rank:
         raise checks.Reject(
-            reason,
-            f"{name} of shape {format_shape(tuple(value.shape))} has a higher rank than the "
+            "gamma-shape",
+            f"scale of shape {format_shape(tuple(value.shape))} has a higher rank than the "
             f"rank-{rank} input; the Skip* op returns rank {rank}",
         )
     value = value.reshape(-1)
