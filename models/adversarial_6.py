@@ -1,0 +1,1236 @@
+"""Adversarial corpus, sixth helper (issue 26): the norms of 2024-26 models and the group-norm
+forms, hand-built with onnx.helper.
+
+Features: 1 gated RMS norm with groups (Mamba2 / NemotronH), 2 adaLN (DiT / SD3 / Flux),
+3 QK-norms (Cohere, OLMo 2, Flux), 4 sandwich norms (Gemma 3), 5 DyT and other never-norms near
+a norm, 6 group norm (GroupNormalization-18/-21 nodes, the exporters' InstanceNormalization
+form and its look-alikes). Each case runs in `tests/test_adversarial_6.py` (the checks of the
+fourth corpus's test, on the case's extra feeds too: rows of 1e3 + N(0, 0.01) and constant
+groups). Expected outcomes use the corpus's `Expect`; `FUSE_OR(kind, *reasons)` means fusing
+`kind` is right, and so is leaving it with one of `reasons` (a rewrite that is exact either way,
+e.g. an RMS norm whose per-head weight stays a Mul). Cases normfuse gets wrong carry a finding
+id (`ADV6-NN`, described in `docs/adversary6-findings.md`) in `FINDINGS`; the test marks them
+xfail(strict=True) in exactly the configurations they fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from models.adversarial import FUSE, KEEP, Expect
+from models.adversarial_build import F16, F, G, ln, model, normalise
+
+CONFIGS = {"default": {}, "onnx": {"target": "onnx"}}
+NP_OF = {F: np.float32, F16: np.float16}
+
+# case name -> (finding id, the configurations it fails in).
+BOTH = ("default", "onnx")
+FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # missed: a symbolic batch and a grouping Reshape target Concat(Shape(h)[0:2], [G, -1]):
+    # the group size is not derived (unknown-shape); [-1, D/G] fuses.
+    "a6_gated_symbolic_concat_target": ("ADV6-01", BOTH),
+    "a6_gated_symbolic_concat_target_const_back": ("ADV6-01", BOTH),
+    # missing reason: a GroupNormalization-21 node whose scale and bias are graph inputs is
+    # neither rewritten nor given a near-miss.
+    "a6_gn21_affine_inputs": ("ADV6-02", BOTH),
+    # missed / wrong reason: a group norm whose first Reshape target is
+    # Concat(Shape(x)[0:1], [G, -1]) is `not-channel-groups`, static batch or not.
+    "a6_gn_decomposed_concat_target_symbolic": ("ADV6-03", BOTH),
+    "a6_gn_decomposed_concat_target_static": ("ADV6-03", BOTH),
+    "a6_inorm_g4_target_concat_symbolic": ("ADV6-03", BOTH),
+}
+
+
+def FUSE_OR(kind: str, *reasons: str, count: int = 1) -> Expect:
+    """Fusing `count` sites of `kind` is right; so is fusing nothing with one of `reasons`."""
+    return Expect("or", {kind: count}, frozenset(reasons))
+
+
+@dataclass(frozen=True)
+class Case6:
+    """One case. `feature`: "1".."6" (module docstring); `groups`: the group count for the
+    constant-groups feed (x's elements split into that many groups per sample, each constant);
+    `offset`: also feed rows of 1e3 + N(0, 0.01); `reference`: a float64 evaluation of what the
+    model means (where converting the model to float64 does not give one: GroupNormalization-21's
+    body casts to its float32 stash type)."""
+
+    name: str
+    feature: str
+    statement: str
+    build: Callable[[], onnx.ModelProto]
+    expect: Expect
+    configs: tuple[str, ...] = ("default", "onnx")
+    groups: int = 0
+    offset: bool = True
+    reference: Callable[[onnx.ModelProto, dict], list[np.ndarray]] | None = None
+
+
+CASES: list[Case6] = []
+
+
+def case(name: str, feature: str, statement: str, build, expect: Expect, **kw) -> None:
+    assert all(c.name != name for c in CASES), name
+    CASES.append(Case6(name, feature, statement, build, expect, **kw))
+
+
+def extra_feeds(m: onnx.ModelProto, c: Case6, seed: int) -> list[tuple[str, dict]]:
+    """The case's own adversarial feeds: every float input at 1e3 + N(0, 0.01), and x (the first
+    input) in constant groups (the other inputs random)."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in m.graph.initializer}
+    free = [i for i in m.graph.input if i.name not in inits]
+    shapes = {
+        i.name: [
+            d.dim_value if d.HasField("dim_value") else 2 for d in i.type.tensor_type.shape.dim
+        ]
+        for i in free
+    }
+    types = {i.name: NP_OF.get(i.type.tensor_type.elem_type) for i in free}
+    sets = []
+    if c.offset:
+        sets.append(
+            (
+                "offset1e3",
+                {n: (1e3 + rng.normal(0, 0.01, shapes[n])).astype(types[n]) for n in shapes},
+            )
+        )
+    if c.groups:
+        feeds = {n: rng.normal(0.5, 1.0, shapes[n]).astype(types[n]) for n in shapes}
+        x = free[0].name
+        dims = shapes[x]
+        levels = rng.normal(3.0, 50.0, (dims[0], c.groups, 1))
+        grouped = np.broadcast_to(levels, (dims[0], c.groups, int(np.prod(dims[1:])) // c.groups))
+        feeds[x] = grouped.reshape(dims).astype(types[x])
+        sets.append(("constant-groups", feeds))
+    return sets
+
+
+def gn21_reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    """GroupNormalization-21 by its definition in float64 NumPy, two-pass statistics: x [N, C, *S]
+    in G groups, (x - mean) / sqrt(var + eps), then scale[c] * y + bias[c]."""
+    from onnx import numpy_helper
+
+    node = next(n for n in m.graph.node if n.op_type == "GroupNormalization")
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    values = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer} | feeds
+    x, scale, bias = (np.asarray(values[i], np.float64) for i in node.input)
+    groups, eps = attrs["num_groups"], attrs.get("epsilon", 1e-5)
+    grouped = x.reshape(x.shape[0], groups, -1)
+    centred = grouped - grouped.mean(-1, keepdims=True)
+    y = (centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps)).reshape(x.shape)
+    per_channel = (1, -1, *[1] * (x.ndim - 2))
+    return [y * scale.reshape(per_channel) + bias.reshape(per_channel)]
+
+
+# ---------------------------------------------------------------- small pieces
+
+
+def _i64(g: G, values) -> str:
+    return g.init(np.asarray(values, np.int64), g.fresh("shape"), np.int64)
+
+
+def _silu(g: G, z: str) -> str:
+    return g.op("Mul", [z, g.op("Sigmoid", [z])])
+
+
+def _rms_stats(
+    g: G,
+    x: str,
+    *,
+    eps=1e-6,
+    spelling="div",
+    center=False,
+    divisor=None,
+    eps_outside=False,
+    axes=(-1,),
+    size=None,
+) -> str:
+    """x / sqrt(mean(x^2) + eps) over `axes` (no scale); `center` subtracts the mean first."""
+    num = g.op("Sub", [x, g.reduce("ReduceMean", x, axes)]) if center else x
+    square = g.op("Pow", [num, g.init(2.0, g.fresh("two"))])
+    if divisor is None:
+        ms = g.reduce("ReduceMean", square, axes)
+    else:
+        ms = g.op(
+            "Div", [g.reduce("ReduceSum", square, axes), g.init(float(divisor), g.fresh("d"))]
+        )
+    e = g.init(eps, g.fresh("eps"))
+    if eps_outside:
+        return g.op("Div", [num, g.op("Add", [g.op("Sqrt", [ms]), e])])
+    if spelling == "rsqrt":
+        return g.op("Mul", [num, g.op("Reciprocal", [g.op("Sqrt", [g.op("Add", [ms, e])])])])
+    return normalise(g, num, g.op("Add", [ms, e]), spelling)
+
+
+# ================================================================ feature 1: gated group RMS
+
+
+def _gated(
+    groups=4,
+    d=32,
+    *,
+    opset=18,
+    gate="before",
+    spelling="rsqrt",
+    batch=(2, 3),
+    symbolic=False,
+    target="const",
+    back="const",
+    transpose=False,
+    center=False,
+    divisor=None,
+    eps_outside=False,
+    weight="channel",
+    f16=False,
+    out_shape=None,
+):
+    """Mamba2's MambaRMSNormGated: y = w * RMS_group(x * silu(z)) with Reshape -> RMS over the
+    group -> Reshape back (`gate`: before | after | none; `target`: const | concat; `back`:
+    const | shape | other (another shape); `weight`: channel | group | none)."""
+
+    def build():
+        g = G(opset=opset, seed=groups * 7 + d)
+        elem = F16 if f16 else F
+        x, z = "x", "z"
+        if f16:
+            x, z = g.op("Cast", ["x"], to=F), g.op("Cast", ["z"], to=F)
+        h = g.op("Mul", [x, _silu(g, z)]) if gate == "before" else x
+        size = d // groups
+        if target in ("concat", "concat_size"):
+            lead = g.op("Slice", [g.op("Shape", [h]), _i64(g, [0]), _i64(g, [2])])
+            tail = [groups, -1] if target == "concat" else [-1, size]
+            shape = g.op("Concat", [lead, _i64(g, tail)], axis=0)
+        elif transpose:
+            shape = _i64(g, [0, 0, size, groups])
+        else:
+            shape = _i64(g, [0, 0, groups, size])
+        r = g.op("Reshape", [h, shape])
+        if transpose:
+            r = g.op("Transpose", [r], perm=[0, 1, 3, 2])
+        n = _rms_stats(
+            g, r, spelling=spelling, center=center, divisor=divisor, eps_outside=eps_outside
+        )
+        if transpose:
+            n = g.op("Transpose", [n], perm=[0, 1, 3, 2])
+        if weight == "group":
+            n = g.op("Mul", [n, g.init(g.random((groups, 1)), g.fresh("wg"))])
+        if back == "shape":
+            y = g.op("Reshape", [n, g.op("Shape", [h])])
+        elif back == "other":
+            y = g.op("Reshape", [n, _i64(g, [0, -1, size])])
+        else:
+            y = g.op("Reshape", [n, _i64(g, [0, 0, d])])
+        if f16:
+            y = g.op("Cast", [y], to=F16)
+        if weight == "channel":
+            y = g.op("Mul", [g.init(g.random((d,)), g.fresh("w"), NP_OF[elem]), y])
+        if gate == "after":
+            y = g.op("Mul", [y, _silu(g, "z")])
+        g.op("Identity", [y], "y")
+        dims = ("b", "l", d) if symbolic else (*batch, d)
+        return model(g, [("x", elem, dims), ("z", elem, dims)], [("y", elem, out_shape or dims)])
+
+    return build
+
+
+def _feature1() -> None:
+    for groups in (1, 2, 4, 8, 32):
+        case(
+            f"a6_gated_groups{groups}",
+            "1",
+            f"Mamba2 gated RMS norm, {groups} groups of 32 channels, gate before the norm",
+            _gated(groups),
+            FUSE("rms-norm"),
+        )
+    for spelling in ("div", "one_over", "pow_half"):
+        case(
+            f"a6_gated_spelling_{spelling}",
+            "1",
+            f"gated group RMS norm, 1/sqrt spelled {spelling}",
+            _gated(4, spelling=spelling),
+            FUSE("rms-norm"),
+        )
+    case(
+        "a6_gated_opset17",
+        "1",
+        "gated group RMS at opset 17",
+        _gated(4, opset=17),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_d64_g8",
+        "1",
+        "NemotronH-like: 64 channels in 8 groups",
+        _gated(8, 64),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_symbolic_batch",
+        "1",
+        "gated group RMS, batch and length symbolic, Reshape [0, 0, G, D/G]",
+        _gated(4, symbolic=True),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_symbolic_concat_target",
+        "1",
+        "gated group RMS, symbolic batch, target Concat(Shape(h)[0:2], [G, -1]), back by Shape(h)",
+        _gated(4, symbolic=True, target="concat", back="shape"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_symbolic_concat_target_const_back",
+        "1",
+        "gated group RMS, symbolic batch, target Concat(Shape(h)[0:2], [G, -1]), back [0, 0, D]",
+        _gated(4, symbolic=True, target="concat"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_symbolic_view_minus1_group_size",
+        "1",
+        "Mamba2's own view(*shape[:-1], -1, group_size): target Concat(Shape(h)[0:2], [-1, D/G])",
+        _gated(4, symbolic=True, target="concat_size", back="shape"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_static_concat_target",
+        "1",
+        "gated group RMS, static batch, target Concat(Shape(h)[0:2], [G, -1]), back by Shape(h)",
+        _gated(4, target="concat", back="shape"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_back_by_shape",
+        "1",
+        "gated group RMS, Reshape back to Shape(h)",
+        _gated(4, back="shape"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_float16",
+        "1",
+        "float16 Mamba2: Cast x, z to float32, gated group RMS, Cast back, w * y in float16",
+        _gated(4, f16=True),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_no_gate",
+        "1",
+        "group RMS without the gate (z unused but an input)",
+        _gated(4, gate="none"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_gate_after_norm",
+        "1",
+        "look-alike: the gate after the norm (norm_before_gate): the RMS still fuses, gate kept",
+        _gated(4, gate="after"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_transposed_groups",
+        "1",
+        "look-alike: groups over non-contiguous channels (Reshape [.., D/G, G] + Transpose)",
+        _gated(4, transpose=True),
+        FUSE_OR("rms-norm", "group-norm", "not-channel-groups"),
+    )
+    case(
+        "a6_gated_back_to_other_shape",
+        "1",
+        "look-alike: Reshape back to [B, -1, D/G], not x's shape",
+        _gated(4, back="other", weight="none", out_shape=(2, 12, 8)),
+        FUSE_OR("rms-norm", "reshape-not-restored", "group-norm"),
+    )
+    case(
+        "a6_gated_mean_centred",
+        "1",
+        "look-alike: the group statistics mean-centred (a layer norm over the group)",
+        _gated(4, center=True),
+        FUSE_OR("layer-norm", "group-norm", "not-channel-groups", "not-rms-norm"),
+    )
+    case(
+        "a6_gated_divisor_d_minus_1",
+        "1",
+        "look-alike: mean of squares as ReduceSum / (D/G - 1)",
+        _gated(4, divisor=7),
+        KEEP("variance-divisor", "unbiased-variance"),
+    )
+    case(
+        "a6_gated_divisor_d_exact_sum",
+        "1",
+        "ReduceSum / (D/G) exactly: the same RMS norm",
+        _gated(4, divisor=8),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_gated_eps_outside_sqrt",
+        "1",
+        "look-alike: epsilon added outside the square root",
+        _gated(4, eps_outside=True),
+        KEEP("epsilon-outside-sqrt"),
+    )
+    case(
+        "a6_gated_weight_per_group",
+        "1",
+        "look-alike: the weight shaped [G, 1] on the grouped tensor, not per channel",
+        _gated(4, weight="group"),
+        FUSE_OR("rms-norm", "gamma-shape", "per-group-affine"),
+    )
+    case(
+        "a6_gated_no_weight",
+        "1",
+        "gated group RMS without weight",
+        _gated(4, weight="none"),
+        FUSE("rms-norm"),
+    )
+
+
+# ================================================================ feature 2: adaLN
+
+
+def _adaln(
+    *,
+    d=16,
+    seq=5,
+    mod="inputs",
+    form="one_plus",
+    swap=False,
+    s_shape="sample",
+    axes=(-1,),
+    eps=1e-6,
+    f16=False,
+    opset=18,
+    gate=False,
+):
+    """DiT/SD3/Flux adaLN: LayerNorm(x) without affine, then x * (1 + s) + b with per-sample s, b
+    (`mod`: inputs s, b [B, 1, D] | emb: Linear(c) -> Split -> Unsqueeze | const: s, b constant;
+    `form`: one_plus | one_plus_rev (s + 1) | expand (n + n * s + b); `s_shape`: sample [B, 1, D]
+    | token [B, S, 1] (s broadcast over the wrong axis); `gate`: DiT's gate_msa * y as well)."""
+
+    def build():
+        g = G(opset=opset, seed=d + seq)
+        elem = F16 if f16 else F
+        ins = [("x", elem, (2, seq, d))]
+        x = g.op("Cast", ["x"], to=F) if f16 else "x"
+        n = ln(g, x, axes=axes, eps=eps, gamma=None, beta=None, shape=(2, seq, d))
+        if f16:
+            n = g.op("Cast", [n], to=F16)
+        t = NP_OF[elem]
+        if mod == "inputs":
+            sd = (2, 1, d) if s_shape == "sample" else (2, seq, 1)
+            ins += [("s", elem, sd), ("b", elem, (2, 1, d))]
+            s, b = "s", "b"
+        elif mod == "emb":
+            ins.append(("c", elem, (2, d)))
+            lin = g.op("MatMul", ["c", g.init(g.random((d, 3 * d), -0.1, 0.1), g.fresh("W"), t)])
+            lin = g.op("Add", [lin, g.init(g.random((3 * d,), -0.1, 0.1), g.fresh("bW"), t)])
+            parts = [g.fresh("chunk") for _ in range(3)]
+            g.nodes.append(
+                helper.make_node(
+                    "Split", [lin], parts, name=g.fresh("Split"), axis=-1, num_outputs=3
+                )
+            )
+            s, b, gt = (g.op("Unsqueeze", [p, _i64(g, [1])]) for p in parts)
+        else:
+            s = g.init(g.random((d,), -0.3, 0.3), g.fresh("s"), t)
+            b = g.init(g.random((d,), -0.3, 0.3), g.fresh("b"), t)
+        if swap:
+            s, b = b, s
+        one = g.init(1.0, g.fresh("one"), t)
+        if form == "expand":
+            y = g.op("Add", [g.op("Add", [n, g.op("Mul", [n, s])]), b])
+        else:
+            scale = g.op("Add", [s, one] if form == "one_plus_rev" else [one, s])
+            y = g.op("Add", [g.op("Mul", [n, scale]), b])
+        if gate:
+            y = g.op("Add", ["x", g.op("Mul", [gt, y])])
+        g.op("Identity", [y], "y")
+        return model(g, ins, [("y", elem, (2, seq, d))])
+
+    return build
+
+
+def _feature2() -> None:
+    items = [
+        ("inputs", {}, "s, b graph inputs [B, 1, D]"),
+        ("inputs_rev", {"form": "one_plus_rev"}, "(s + 1) operand order"),
+        ("inputs_expand", {"form": "expand"}, "n + n * s + b"),
+        ("emb_split", {"mod": "emb"}, "s, b from Linear(c) -> Split(3) -> Unsqueeze"),
+        ("emb_split_gate", {"mod": "emb", "gate": True}, "DiT: x + gate * (n * (1 + s) + b)"),
+        ("eps_1e5", {"eps": 1e-5}, "SD3 epsilon 1e-5"),
+        ("d64", {"d": 64, "seq": 4}, "hidden 64"),
+        ("opset17", {"opset": 17}, "opset 17"),
+        ("float16", {"f16": True}, "float16 x cast to float32 for the norm, modulation in float16"),
+        ("const_mod", {"mod": "const"}, "s, b constants (a learned modulation): foldable"),
+        ("swapped", {"swap": True}, "shift and scale swapped: x * (1 + b) + s"),
+        ("swapped_emb", {"swap": True, "mod": "emb"}, "swapped, from the embedding"),
+        ("scale_per_token", {"s_shape": "token"}, "s [B, S, 1]: broadcast over the wrong axis"),
+    ]
+    for name, kw, words in items:
+        case(
+            f"a6_adaln_{name}",
+            "2",
+            f"adaLN: layer norm without affine then modulation; {words}",
+            _adaln(**kw),
+            FUSE("layer-norm"),
+        )
+    case(
+        "a6_adaln_norm_over_seq",
+        "2",
+        "look-alike: the norm over the sequence axis (1) of [B, S, D]",
+        _adaln(axes=(1,)),
+        KEEP("non-trailing-axes"),
+    )
+    case(
+        "a6_adaln_norm_over_seq_and_hidden",
+        "2",
+        "norm over axes (1, 2): a trailing suffix, LayerNormalization(axis=1)",
+        _adaln(axes=(1, 2)),
+        FUSE("layer-norm"),
+    )
+    case(
+        "a6_adaln_shift_inside_norm",
+        "2",
+        "look-alike: the shift added to x - mean before dividing (not a norm then shift)",
+        _adaln_shift_inside,
+        KEEP("not-layer-norm", "intermediate-used-elsewhere", "beta-shape"),
+    )
+    case(
+        "a6_adaln_scale_is_stat",
+        "2",
+        "look-alike: the modulation scale computed from the norm's own variance",
+        _adaln_scale_from_var,
+        KEEP("intermediate-used-elsewhere"),
+    )
+
+
+def _adaln_shift_inside() -> onnx.ModelProto:
+    g = G(opset=18)
+    mean = g.reduce("ReduceMean", "x", (-1,))
+    c = g.op("Sub", ["x", mean])
+    var = g.reduce("ReduceMean", g.op("Pow", [c, g.init(2.0)]), (-1,))
+    std = g.op("Sqrt", [g.op("Add", [var, g.init(1e-6)])])
+    n = g.op("Div", [g.op("Add", [c, "b"]), std])
+    g.op("Mul", [n, g.op("Add", [g.init(1.0), "s"])], "y")
+    return model(
+        g,
+        [("x", F, (2, 5, 16)), ("s", F, (2, 1, 16)), ("b", F, (2, 1, 16))],
+        [("y", F, (2, 5, 16))],
+    )
+
+
+def _adaln_scale_from_var() -> onnx.ModelProto:
+    g = G(opset=18)
+    mean = g.reduce("ReduceMean", "x", (-1,))
+    c = g.op("Sub", ["x", mean])
+    var = g.reduce("ReduceMean", g.op("Pow", [c, g.init(2.0)]), (-1,))
+    std = g.op("Sqrt", [g.op("Add", [var, g.init(1e-6)])])
+    n = g.op("Div", [c, std])
+    g.op("Mul", [n, g.op("Add", [var, "s"])], "y")
+    return model(g, [("x", F, (2, 5, 16)), ("s", F, (2, 1, 16))], [("y", F, (2, 5, 16))])
+
+
+# ================================================================ feature 3: QK-norms
+
+
+def _qk(
+    kind: str,
+    *,
+    heads=4,
+    dh=8,
+    seq=3,
+    weight="head_dim",
+    f16=False,
+    weight_before_cast=False,
+    axes=(-1,),
+    opset=18,
+    symbolic=False,
+):
+    """QK-norm variants. `kind`: cohere (layer norm over Dh, no bias, weight [H, Dh]) | olmo2
+    (RMS over the full H*Dh, then Reshape to heads) | flux (RMS over Dh on [B, H, S, Dh]) | qwen3
+    (Reshape [B, S, H, Dh] by a Shape-built target, RMS over Dh). `weight`: head_dim | heads
+    ([H, Dh]) | per_head ([H, 1, 1]) | none."""
+
+    def build():
+        g = G(opset=opset, seed=heads * 11 + dh)
+        elem = F16 if f16 else F
+        t = NP_OF[elem]
+        if kind == "flux":
+            dims = (2, heads, seq, dh)
+            in_dims = ("b", heads, "s", dh) if symbolic else dims
+        else:
+            dims = (2, seq, heads * dh)
+            in_dims = ("b", "s", heads * dh) if symbolic else dims
+        x = g.op("Cast", ["q"], to=F) if f16 else "q"
+        if kind in ("cohere", "qwen3"):
+            if kind == "qwen3":
+                lead = g.op("Slice", [g.op("Shape", ["q"]), _i64(g, [0]), _i64(g, [2])])
+                target = g.op("Concat", [lead, _i64(g, [-1, dh])], axis=0)
+            else:
+                target = _i64(g, [0, 0, heads, dh])
+            x = g.op("Reshape", [x, target])
+            full = (2, seq, heads, dh)
+        else:
+            full = dims
+        if kind == "cohere":
+            n = ln(g, x, axes=axes, eps=1e-5, gamma=None, beta=None, shape=full)
+        else:
+            n = _rms_stats(g, x, axes=axes)
+        shapes = {
+            "head_dim": (dh,),
+            "heads": (heads, dh),
+            "per_head": (heads, 1, 1),
+            "full": (heads * dh,),
+        }
+        w = None
+        wt = np.float32 if weight_before_cast else t
+        if weight == "heads_equal":
+            w = g.init(np.tile(g.random((1, dh)), (heads, 1)), g.fresh("w"), wt)
+        elif weight != "none":
+            w = g.init(g.random(shapes[weight]), g.fresh("w"), wt)
+        if w is not None and weight_before_cast:
+            n = g.op("Mul", [n, w])
+        if f16:
+            n = g.op("Cast", [n], to=F16)
+        if w is not None and not weight_before_cast:
+            n = g.op("Mul", [n, w])
+        if kind == "olmo2":
+            n = g.op("Reshape", [n, _i64(g, [0, 0, heads, dh])])
+            out = (2, seq, heads, dh)
+        else:
+            out = full
+        out_dims = out
+        if symbolic:
+            out_dims = ("b", heads, "s", dh) if kind == "flux" else ("b", "s", heads, dh)
+        g.op("Identity", [n], "y")
+        return model(g, [("q", elem, in_dims)], [("y", elem, out_dims)])
+
+    return build
+
+
+def _feature3() -> None:
+    items = [
+        (
+            "cohere_weight_heads",
+            _qk("cohere", weight="heads"),
+            FUSE_OR("layer-norm", "gamma-shape"),
+            "Cohere: layer norm over Dh, weight [H, Dh]",
+        ),
+        (
+            "cohere_weight_heads_equal_rows",
+            _qk("cohere", weight="heads_equal"),
+            FUSE_OR("layer-norm", "gamma-shape"),
+            "Cohere weight [H, Dh] with equal rows",
+        ),
+        (
+            "cohere_weight_head_dim",
+            _qk("cohere", weight="head_dim"),
+            FUSE("layer-norm"),
+            "Cohere-like with a shared [Dh] weight",
+        ),
+        ("cohere_no_weight", _qk("cohere", weight="none"), FUSE("layer-norm"), "no weight"),
+        (
+            "cohere_float16_heads",
+            _qk("cohere", weight="heads", f16=True),
+            FUSE_OR("layer-norm", "gamma-shape"),
+            "float16 Cohere, weight [H, Dh] after the cast",
+        ),
+        (
+            "cohere_over_heads_axis",
+            _qk("cohere", weight="none", axes=(-2,)),
+            KEEP("non-trailing-axes"),
+            "look-alike: statistics over H, not Dh",
+        ),
+        (
+            "olmo2_full",
+            _qk("olmo2", weight="full"),
+            FUSE("rms-norm"),
+            "OLMo 2: RMS over the full H*Dh, weight [H*Dh], then Reshape to heads",
+        ),
+        (
+            "olmo2_float16_weight_before_cast",
+            _qk("olmo2", weight="full", f16=True, weight_before_cast=True),
+            FUSE("rms-norm"),
+            "OLMo 2 float16: weight before the Cast back",
+        ),
+        (
+            "olmo2_float16_weight_after_cast",
+            _qk("olmo2", weight="full", f16=True),
+            FUSE("rms-norm"),
+            "float16: weight after the Cast back (LLaMA order)",
+        ),
+        (
+            "olmo2_symbolic",
+            _qk("olmo2", weight="full", symbolic=True),
+            FUSE("rms-norm"),
+            "OLMo 2, batch and sequence symbolic",
+        ),
+        ("flux_q", _qk("flux"), FUSE("rms-norm"), "Flux q RMS norm on [B, H, S, Dh], scale [Dh]"),
+        (
+            "flux_float16",
+            _qk("flux", f16=True),
+            FUSE("rms-norm"),
+            "Flux float16: x.float(), rrms, .to(dtype) * scale",
+        ),
+        ("flux_symbolic", _qk("flux", symbolic=True), FUSE("rms-norm"), "Flux, B and S symbolic"),
+        ("flux_dh64", _qk("flux", dh=64, heads=2), FUSE("rms-norm"), "Flux head dim 64"),
+        (
+            "flux_per_head_weight",
+            _qk("flux", weight="per_head"),
+            FUSE_OR("rms-norm", "gamma-shape"),
+            "look-alike: weight [H, 1, 1] varies per head",
+        ),
+        (
+            "flux_weight_heads_dh",
+            _qk("flux", weight="heads", seq=4),
+            FUSE_OR("rms-norm", "gamma-shape"),
+            "look-alike: weight [H, Dh] on [B, H, S, Dh] (H = S = 4) varies along S, not per head",
+        ),
+        (
+            "flux_over_seq",
+            _qk("flux", axes=(-2,), weight="none"),
+            KEEP("non-trailing-axes"),
+            "look-alike: RMS over S, not Dh",
+        ),
+        (
+            "flux_over_seq_and_dh",
+            _qk("flux", axes=(-2, -1), weight="none"),
+            FUSE("rms-norm"),
+            "RMS over (S, Dh): a trailing suffix",
+        ),
+        (
+            "qwen3_shape_target",
+            _qk("qwen3"),
+            FUSE("rms-norm"),
+            "Qwen3/Gemma 3: Reshape to [B, S, -1, Dh] by Concat(Shape(q)[0:2]), RMS over Dh",
+        ),
+        (
+            "qwen3_symbolic",
+            _qk("qwen3", symbolic=True),
+            FUSE("rms-norm"),
+            "Qwen3, batch and sequence symbolic",
+        ),
+        (
+            "olmo2_weight_heads_after_reshape",
+            _olmo2_weight_after_reshape,
+            FUSE("rms-norm"),
+            "RMS over H*Dh without weight, Reshape, then weight [H, Dh]",
+        ),
+    ]
+    for name, build, expect, words in items:
+        case(f"a6_qk_{name}", "3", words, build, expect)
+
+
+def _olmo2_weight_after_reshape() -> onnx.ModelProto:
+    g = G(opset=18, seed=3)
+    n = _rms_stats(g, "q")
+    n = g.op("Reshape", [n, _i64(g, [0, 0, 4, 8])])
+    g.op("Mul", [n, g.init(g.random((4, 8)))], "y")
+    return model(g, [("q", F, (2, 3, 32))], [("y", F, (2, 3, 4, 8))])
+
+
+# ================================================================ feature 4: sandwich norms
+
+
+def _gemma_rms(g: G, x: str, d: int, *, f16=False, order="one_plus", w=None, eps=1e-6) -> str:
+    """Gemma's RMS norm: float32 statistics, scale (1 + w) applied before the cast back."""
+    h = g.op("Cast", [x], to=F) if f16 else x
+    n = _rms_stats(g, h, eps=eps, spelling="rsqrt")
+    weight = w or g.init(g.random((d,), -0.5, 0.5), g.fresh("w"))
+    one = g.init(1.0, g.fresh("one"))
+    scale = g.op("Add", [one, weight] if order == "one_plus" else [weight, one])
+    y = g.op("Mul", [n, scale])
+    return g.op("Cast", [y], to=F16) if f16 else y
+
+
+def _sandwich(*, d=16, f16=False, order="one_plus", layers=1, w_input=False, share=False, opset=18):
+    """Gemma 3 decoder layers: h = x + post_attn(attn(pre_attn(x))); out = h +
+    post_ffw(mlp(pre_ffw(h))), each norm Gemma's RMS with (1 + w); `w_input`: the pre-attention
+    weight a graph input; `share`: one weight tensor for all four norms."""
+
+    def build():
+        g = G(opset=opset, seed=d)
+        elem = F16 if f16 else F
+        t = NP_OF[elem]
+        shared = g.init(g.random((d,), -0.5, 0.5), "w_shared") if share else None
+        h = "x"
+        for layer in range(layers):
+
+            def norm(v, first=False, layer=layer):
+                w = "w_in" if (w_input and first and layer == 0) else shared
+                return _gemma_rms(g, v, d, f16=f16, order=order, w=w)
+
+            a = norm(h, first=True)
+            a = g.op("MatMul", [a, g.init(g.random((d, d), -0.3, 0.3), g.fresh("Wa"), t)])
+            h = g.op("Add", [h, norm(a)])
+            m = norm(h)
+            m = g.op("MatMul", [m, g.init(g.random((d, d), -0.3, 0.3), g.fresh("Wm"), t)])
+            m = g.op("Mul", [m, g.op("Sigmoid", [m])])
+            h = g.op("Add", [h, norm(m)])
+        g.op("Identity", [h], "y")
+        ins = [("x", elem, (2, 5, d))]
+        if w_input:
+            ins.append(("w_in", F, (d,)))
+        return model(g, ins, [("y", elem, (2, 5, d))])
+
+    return build
+
+
+def _feature4() -> None:
+    items = [
+        ("one_layer", {}, FUSE("rms-norm", 4), "one layer: four norms"),
+        ("two_layers", {"layers": 2}, FUSE("rms-norm", 8), "two layers: eight norms"),
+        ("w_plus_one", {"order": "w_plus_one"}, FUSE("rms-norm", 4), "(w + 1) operand order"),
+        ("float16", {"f16": True}, FUSE("rms-norm", 4), "float16, statistics and scale in float32"),
+        (
+            "float16_two_layers",
+            {"f16": True, "layers": 2},
+            FUSE("rms-norm", 8),
+            "float16, two layers",
+        ),
+        (
+            "shared_weight",
+            {"share": True},
+            FUSE("rms-norm", 4),
+            "one (1 + w) tensor feeding all four norms",
+        ),
+        (
+            "weight_input",
+            {"w_input": True},
+            FUSE("rms-norm", 4),
+            "the pre-attention w a graph input: that norm fuses without scale, (1 + w) kept",
+        ),
+        ("d64", {"d": 64}, FUSE("rms-norm", 4), "hidden 64"),
+        ("opset17", {"opset": 17}, FUSE("rms-norm", 4), "opset 17"),
+    ]
+    for name, kw, expect, words in items:
+        case(
+            f"a6_sandwich_{name}", "4", f"Gemma 3 sandwich norms; {words}", _sandwich(**kw), expect
+        )
+    case(
+        "a6_sandwich_one_minus_w",
+        "4",
+        "look-alike scale: (1 - w), still a constant scale",
+        _gemma_variant("sub"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_sandwich_norm_output_reused",
+        "4",
+        "the normalised value (before the scale) also feeds the residual",
+        _gemma_variant("reuse"),
+        FUSE_OR("rms-norm", "intermediate-used-elsewhere"),
+    )
+    case(
+        "a6_sandwich_sqrt_d_embed",
+        "4",
+        "Gemma's embedding scale x * sqrt(D) before the first norm",
+        _gemma_variant("embed"),
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_sandwich_scale_times_w",
+        "4",
+        "look-alike: x * (1 + w) where the 1 + w is computed from a graph input",
+        _gemma_variant("input_one"),
+        FUSE_OR("rms-norm", "gamma-shape"),
+    )
+
+
+def _gemma_variant(kind: str):
+    def build():
+        g = G(opset=18, seed=5)
+        d = 16
+        ins = [("x", F, (2, 5, d))]
+        if kind == "sub":
+            n = _rms_stats(g, "x", spelling="rsqrt")
+            y = g.op("Mul", [n, g.op("Sub", [g.init(1.0), g.init(g.random((d,), -0.5, 0.5))])])
+        elif kind == "reuse":
+            n = _rms_stats(g, "x", spelling="rsqrt")
+            y = g.op("Mul", [n, g.op("Add", [g.init(1.0), g.init(g.random((d,), -0.5, 0.5))])])
+            y = g.op("Add", [y, n])
+        elif kind == "embed":
+            e = g.op("Mul", ["x", g.init(np.float32(np.sqrt(d)))])
+            y = _gemma_rms(g, e, d)
+        else:
+            ins.append(("one", F, (1,)))
+            n = _rms_stats(g, "x", spelling="rsqrt")
+            y = g.op("Mul", [n, g.op("Add", ["one", g.init(g.random((d,), -0.5, 0.5))])])
+        g.op("Identity", [y], "y")
+        return model(g, ins, [("y", F, (2, 5, d))])
+
+    return build
+
+
+# ================================================================ feature 5: never-norms
+
+
+def _never(kind: str):
+    """Never-norms (and norms with a never-norm beside them) on x [2, 5, 16]."""
+
+    def build():
+        g = G(opset=18, seed=9)
+        d = 16
+        x = "x"
+        if kind == "dyt":
+            t = g.op("Tanh", [g.op("Mul", [x, g.init(0.5)])])
+            y = g.op(
+                "Add", [g.op("Mul", [t, g.init(g.random((d,)))]), g.init(g.random((d,), -0.5, 0.5))]
+            )
+        elif kind == "dyt_alpha_per_channel":
+            t = g.op("Tanh", [g.op("Mul", [g.init(g.random((d,))), x])])
+            y = g.op("Mul", [g.init(g.random((d,))), t])
+        elif kind == "dyt_then_rms":
+            t = g.op("Tanh", [g.op("Mul", [x, g.init(0.5)])])
+            y = g.op("Mul", [_rms_stats(g, t), g.init(g.random((d,)))])
+        elif kind == "rms_then_dyt":
+            n = g.op("Mul", [_rms_stats(g, x), g.init(g.random((d,)))])
+            y = g.op("Tanh", [g.op("Mul", [n, g.init(0.8)])])
+        elif kind == "tanh_normalised":
+            y = g.op("Tanh", [_rms_stats(g, x)])
+        elif kind == "tanh_of_ms":
+            ms = g.reduce("ReduceMean", g.op("Pow", [x, g.init(2.0)]), (-1,))
+            y = g.op("Div", [x, g.op("Tanh", [g.op("Add", [ms, g.init(1e-6)])])])
+        elif kind == "clip_rows_then_rms":
+            c = g.op("Clip", [x, g.init(-2.0), g.init(2.0)])
+            y = g.op("Mul", [_rms_stats(g, c), g.init(g.random((d,)))])
+        elif kind == "clip_ms":
+            ms = g.reduce("ReduceMean", g.op("Pow", [x, g.init(2.0)]), (-1,))
+            y = g.op("Div", [x, g.op("Sqrt", [g.op("Clip", [ms, g.init(1e-6), g.init(1e4)])])])
+        elif kind == "max_ms":
+            ms = g.reduce("ReduceMean", g.op("Pow", [x, g.init(2.0)]), (-1,))
+            y = g.op("Div", [x, g.op("Sqrt", [g.op("Max", [ms, g.init(1e-6)])])])
+        elif kind == "max_abs":
+            m = g.op("ReduceMax", [g.op("Abs", [x]), _i64(g, [-1])], keepdims=1)
+            y = g.op("Div", [x, g.op("Add", [m, g.init(1e-6)])])
+        elif kind == "max_square":
+            m = g.op("ReduceMax", [g.op("Pow", [x, g.init(2.0)]), _i64(g, [-1])], keepdims=1)
+            y = g.op("Div", [x, g.op("Sqrt", [g.op("Add", [m, g.init(1e-6)])])])
+        elif kind == "mean_abs":
+            m = g.reduce("ReduceMean", g.op("Abs", [x]), (-1,))
+            y = g.op("Div", [x, g.op("Add", [m, g.init(1e-6)])])
+        elif kind == "mean_abs_sqrt":
+            m = g.reduce("ReduceMean", g.op("Abs", [x]), (-1,))
+            y = g.op("Div", [x, g.op("Sqrt", [g.op("Add", [m, g.init(1e-6)])])])
+        elif kind == "l2":
+            ss = g.op("ReduceL2", [x, _i64(g, [-1])], keepdims=1)
+            y = g.op("Div", [x, g.op("Max", [ss, g.init(1e-12)])])
+        elif kind == "softsign_rows":
+            y = g.op("Div", [x, g.op("Add", [g.op("Abs", [x]), g.init(1.0)])])
+        elif kind == "minmax":
+            lo = g.op("ReduceMin", [x, _i64(g, [-1])], keepdims=1)
+            hi = g.op("ReduceMax", [x, _i64(g, [-1])], keepdims=1)
+            y = g.op(
+                "Div", [g.op("Sub", [x, lo]), g.op("Add", [g.op("Sub", [hi, lo]), g.init(1e-6)])]
+            )
+        elif kind == "std_no_center":
+            ms = g.reduce("ReduceMean", g.op("Pow", [x, g.init(2.0)]), (-1,))
+            y = g.op("Mul", [x, g.op("Sqrt", [g.op("Add", [ms, g.init(1e-6)])])])
+        elif kind == "cube_mean":
+            ms = g.reduce("ReduceMean", g.op("Pow", [x, g.init(3.0)]), (-1,))
+            y = g.op("Div", [x, g.op("Sqrt", [g.op("Add", [ms, g.init(1e-6)])])])
+        else:
+            raise ValueError(kind)
+        g.op("Identity", [y], "y")
+        return model(g, [("x", F, (2, 5, d))], [("y", F, (2, 5, d))])
+
+    return build
+
+
+def _feature5() -> None:
+    items = [
+        ("dyt", KEEP(), "DyT gamma * tanh(alpha * x) + beta: never a norm"),
+        ("dyt_alpha_per_channel", KEEP(), "DyT with a per-channel alpha, no beta"),
+        ("dyt_then_rms", FUSE("rms-norm"), "DyT then an RMS norm of its output: the RMS fuses"),
+        ("rms_then_dyt", FUSE("rms-norm"), "an RMS norm then tanh: the RMS fuses, Tanh kept"),
+        ("tanh_normalised", FUSE("rms-norm"), "tanh(RMS(x)): the RMS fuses"),
+        ("tanh_of_ms", KEEP("not-rms-norm", "root-exponent"), "x / tanh(mean(x^2) + eps)"),
+        ("clip_rows_then_rms", FUSE("rms-norm"), "clipped rows, then an RMS norm of them"),
+        ("clip_ms", KEEP("not-rms-norm"), "x / sqrt(clip(mean(x^2), eps, 1e4))"),
+        ("max_ms", KEEP("not-rms-norm", "l2-norm"), "x / sqrt(max(mean(x^2), eps))"),
+        ("max_abs", KEEP(), "max-abs scaling x / (max|x| + eps)"),
+        ("max_square", KEEP(), "x / sqrt(max(x^2) + eps)"),
+        ("mean_abs", KEEP(), "x / (mean|x| + eps): no root, no square"),
+        ("mean_abs_sqrt", KEEP("mean-abs-not-square", "not-rms-norm"), "x / sqrt(mean|x| + eps)"),
+        ("l2", KEEP("l2-norm"), "L2 normalisation x / max(||x||, eps)"),
+        ("softsign_rows", KEEP(), "softsign x / (1 + |x|)"),
+        ("minmax", KEEP(), "min-max scaling of rows"),
+        ("std_no_center", KEEP("not-rms-norm"), "x * sqrt(mean(x^2) + eps): multiplies"),
+        ("cube_mean", KEEP("square-exponent"), "x / sqrt(mean(x^3) + eps)"),
+    ]
+    for name, expect, words in items:
+        case(f"a6_never_{name}", "5", words, _never(name), expect)
+
+
+# ================================================================ feature 6: group norm
+
+
+def _gn_node(
+    *,
+    c=8,
+    groups=4,
+    spatial=(3, 3),
+    eps=1e-5,
+    f16=False,
+    symbolic=False,
+    affine_inputs=False,
+    stash=None,
+    opset=21,
+):
+    """One GroupNormalization-21 node on x [2, C, *S] (scale, bias [C]); `affine_inputs`: scale
+    and bias graph inputs, not initializers. (GroupNormalization-18 is not in the corpus:
+    onnx 1.23's checker refuses its deprecated schema at opsets 18-20.)"""
+
+    def build():
+        g = G(opset=opset, seed=c + groups)
+        elem = F16 if f16 else F
+        t = NP_OF[elem]
+        n = c
+        ins = [("x", elem, (("n" if symbolic else 2), c, *spatial))]
+        if affine_inputs:
+            ins += [("scale", elem, (n,)), ("bias", elem, (n,))]
+            scale, bias = "scale", "bias"
+        else:
+            scale = g.init(g.random((n,)), g.fresh("scale"), t)
+            bias = g.init(g.random((n,), -0.5, 0.5), g.fresh("bias"), t)
+        attrs = {"num_groups": groups, "epsilon": eps}
+        if stash is not None:
+            attrs["stash_type"] = stash
+        g.nodes.append(
+            helper.make_node("GroupNormalization", ["x", scale, bias], ["y"], name="gn", **attrs)
+        )
+        return model(g, ins, [("y", elem, ins[0][2])])
+
+    return build
+
+
+def _gn_instance(
+    *,
+    c=8,
+    groups=4,
+    spatial=(3, 3),
+    eps=1e-5,
+    f16=False,
+    in_scale="ones",
+    back="restore",
+    affine="channel",
+    target="const",
+    symbolic=False,
+    opset=17,
+):
+    """The exporters' group norm: Reshape [N, G, -1] -> InstanceNormalization(ones, zeros) ->
+    Reshape back -> Mul(gamma [C, 1, 1]) -> Add(beta). `in_scale`: ones | random | bias (zeros
+    scale ones, bias not zero); `back`: restore | shape | other; `affine`: channel | group
+    (per-group gamma on the grouped tensor) | none."""
+
+    def build():
+        g = G(opset=opset, seed=c * 3 + groups)
+        elem = F16 if f16 else F
+        t = NP_OF[elem]
+        dims = (("n" if symbolic else 2), c, *spatial)
+        if target == "const":
+            r = g.op("Reshape", ["x", _i64(g, [0, groups, -1])])
+        else:
+            lead = g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [0]), _i64(g, [1])])
+            r = g.op("Reshape", ["x", g.op("Concat", [lead, _i64(g, [groups, -1])], axis=0)])
+        s = np.ones(groups) if in_scale in ("ones", "bias") else g.random((groups,))
+        b = g.random((groups,), -0.5, 0.5) if in_scale == "bias" else np.zeros(groups)
+        n = g.op(
+            "InstanceNormalization",
+            [r, g.init(s, g.fresh("in_s"), t), g.init(b, g.fresh("in_b"), t)],
+            epsilon=eps,
+        )
+        if affine == "group":
+            n = g.op("Mul", [n, g.init(g.random((groups, 1)), g.fresh("gg"), t)])
+        if back == "shape":
+            y = g.op("Reshape", [n, g.op("Shape", ["x"])])
+        elif back == "other":
+            y = g.op("Reshape", [n, _i64(g, [0, c, -1])])
+        else:
+            y = g.op("Reshape", [n, _i64(g, [0, c, *spatial])])
+        bshape = (c, 1) if back == "other" else (c, *[1] * len(spatial))
+        if affine == "channel":
+            y = g.op("Mul", [y, g.init(g.random(bshape), g.fresh("gamma"), t)])
+            y = g.op("Add", [y, g.init(g.random(bshape, -0.5, 0.5), g.fresh("beta"), t)])
+        g.op("Identity", [y], "y")
+        out = (dims[0], c, int(np.prod(spatial))) if back == "other" else dims
+        return model(g, [("x", elem, dims)], [("y", elem, out)])
+
+    return build
+
+
+def _gn_decomposed(*, c=8, groups=4, spatial=(3, 3), symbolic=False, target="const", back="const"):
+    """nn.GroupNorm written out: Reshape [N, G, -1] -> layer-norm statistics over the last axis
+    -> Reshape back -> Mul(gamma [C, 1, 1]) -> Add(beta)."""
+
+    def build():
+        g = G(opset=18, seed=c + groups)
+        dims = (("n" if symbolic else 2), c, *spatial)
+        if target == "const":
+            shape = _i64(g, [0, groups, -1])
+        else:
+            lead = g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [0]), _i64(g, [1])])
+            shape = g.op("Concat", [lead, _i64(g, [groups, -1])], axis=0)
+        r = g.op("Reshape", ["x", shape])
+        size = c * int(np.prod(spatial)) // groups
+        n = ln(g, r, gamma=None, beta=None, shape=(2, groups, size))
+        back_shape = g.op("Shape", ["x"]) if back == "shape" else _i64(g, [0, c, *spatial])
+        y = g.op("Reshape", [n, back_shape])
+        bshape = (c, *[1] * len(spatial))
+        y = g.op("Mul", [y, g.init(g.random(bshape), g.fresh("gamma"))])
+        g.op("Add", [y, g.init(g.random(bshape, -0.5, 0.5), g.fresh("beta"))], "y")
+        return model(g, [("x", F, dims)], [("y", F, dims)])
+
+    return build
+
+
+def _feature6() -> None:
+    gn21 = [
+        ("g1", {"groups": 1}, 1),
+        ("gC", {"groups": 8}, 8),
+        ("g2", {"groups": 2}, 2),
+        ("g4", {}, 4),
+        ("g4_eps_tiny", {"eps": 1e-12}, 4),
+        ("g4_eps_large", {"eps": 10.0}, 4),
+        ("g4_symbolic_batch", {"symbolic": True}, 4),
+        ("g4_3d", {"spatial": (6,)}, 4),
+        ("g4_5d", {"spatial": (2, 2, 3)}, 4),
+        ("g32_c64", {"c": 64, "groups": 32, "spatial": (2, 2)}, 32),
+        ("g4_stash_float32", {"stash": 1}, 4),
+    ]
+    for name, kw, groups in gn21:
+        case(
+            f"a6_gn21_{name}",
+            "6",
+            f"GroupNormalization-21 float32, {kw or 'C=8, G=4'}",
+            _gn_node(**kw),
+            FUSE("group-norm"),
+            groups=groups,
+            reference=gn21_reference,
+        )
+    odd = [
+        ("c1_g1", {"c": 1, "groups": 1}, 1, FUSE("group-norm")),
+        ("gC_spatial1", {"spatial": (1, 1), "groups": 8}, 8, FUSE("group-norm")),
+        ("opset23", {"opset": 23}, 4, FUSE("group-norm")),
+        ("symbolic_spatial", {"spatial": ("h", "w")}, 0, FUSE_OR("group-norm", "unknown-shape")),
+        ("eps_zero", {"eps": 0.0}, 4, KEEP("epsilon-not-positive")),
+    ]
+    for name, kw, groups, expect in odd:
+        case(
+            f"a6_gn21_{name}",
+            "6",
+            f"GroupNormalization-21 float32, {kw}",
+            _gn_node(**kw),
+            expect,
+            groups=groups,
+            reference=gn21_reference,
+        )
+    for name, kw, groups in gn21[:6]:
+        case(
+            f"a6_gn21_f16_{name}",
+            "6",
+            f"GroupNormalization-21 float16, {kw or 'C=8, G=4'}",
+            _gn_node(f16=True, **kw),
+            FUSE_OR("group-norm", "unsupported-dtype"),
+            groups=groups,
+            reference=gn21_reference,
+        )
+    case(
+        "a6_gn21_affine_inputs",
+        "6",
+        "GroupNormalization-21 with scale and bias graph inputs",
+        _gn_node(affine_inputs=True),
+        FUSE_OR("group-norm", "gamma-shape", "beta-shape"),
+        groups=4,
+        reference=gn21_reference,
+    )
+    inst = [
+        ("g4", {}, 4),
+        ("g1", {"groups": 1}, 1),
+        ("gC", {"groups": 8}, 8),
+        ("g4_back_by_shape", {"back": "shape"}, 4),
+        ("g4_target_concat_symbolic", {"target": "concat", "symbolic": True, "back": "shape"}, 4),
+        ("g4_eps_tiny", {"eps": 1e-12}, 4),
+        ("g4_eps_large", {"eps": 10.0}, 4),
+        ("g4_3d", {"spatial": (6,)}, 4),
+        ("g4_5d", {"spatial": (2, 2, 3)}, 4),
+        ("g32_c64", {"c": 64, "groups": 32, "spatial": (2, 2)}, 32),
+        ("g4_no_affine", {"affine": "none"}, 4),
+        ("g4_opset18", {"opset": 18}, 4),
+        ("g4_float16", {"f16": True}, 4),
+    ]
+    for name, kw, groups in inst:
+        case(
+            f"a6_inorm_{name}",
+            "6",
+            f"exporters' InstanceNormalization group norm, {kw or 'C=8, G=4'}",
+            _gn_instance(**kw),
+            FUSE_OR("group-norm", "no-faster-form"),
+            groups=groups,
+        )
+    looks = [
+        (
+            "back_to_other_shape",
+            {"back": "other"},
+            ("reshape-not-restored",),
+            "Reshape back to [N, C, -1], not x's shape",
+        ),
+        (
+            "scale_not_ones",
+            {"in_scale": "random"},
+            ("per-group-affine",),
+            "InstanceNormalization scale not ones (a per-group scale)",
+        ),
+        (
+            "bias_not_zeros",
+            {"in_scale": "bias"},
+            ("per-group-affine",),
+            "InstanceNormalization bias not zeros (a per-group bias)",
+        ),
+        (
+            "per_group_affine",
+            {"affine": "group"},
+            ("per-group-affine",),
+            "a per-group gamma [G, 1] on the grouped tensor, no per-channel affine",
+        ),
+    ]
+    for name, kw, reasons, words in looks:
+        case(
+            f"a6_inorm_look_{name}",
+            "6",
+            f"look-alike: {words}",
+            _gn_instance(**kw),
+            FUSE_OR("group-norm", *reasons, "no-faster-form"),
+            groups=4,
+        )
+    for name, kw in (
+        ("const_target", {}),
+        ("concat_target_symbolic", {"symbolic": True, "target": "concat", "back": "shape"}),
+        ("concat_target_static", {"target": "concat", "back": "shape"}),
+        ("const_target_symbolic", {"symbolic": True, "back": "shape"}),
+    ):
+        case(
+            f"a6_gn_decomposed_{name}",
+            "6",
+            f"hand-written group norm (two-pass statistics between the Reshapes), {name}",
+            _gn_decomposed(**kw),
+            FUSE("group-norm"),
+            groups=4,
+        )
+    case(
+        "a6_inorm_look_groups_do_not_divide",
+        "6",
+        "look-alike: Reshape [N, 3, -1] of C = 8 channels x 3x3 (72 = 3 x 24: groups cut channels)",
+        _gn_instance(groups=3),
+        KEEP("groups-do-not-divide", "not-channel-groups", "no-faster-form"),
+        groups=3,
+    )
+
+
+for _group in (_feature1, _feature2, _feature3, _feature4, _feature5, _feature6):
+    _group()
