@@ -1073,6 +1073,13 @@ def _gn_decomposed(*, c=8, groups=4, spatial=(3, 3), symbolic=False, target="con
         dims = (("n" if symbolic else 2), c, *spatial)
         if target == "const":
             shape = _i64(g, [0, groups, -1])
+        elif target == "gather":
+            batch = g.op(
+                "Gather",
+                [g.op("Shape", ["x"]), g.init(np.array(0, np.int64), g.fresh("i0"), np.int64)],
+            )
+            lead = g.op("Unsqueeze", [batch, _i64(g, [0])])
+            shape = g.op("Concat", [lead, _i64(g, [groups, -1])], axis=0)
         else:
             lead = g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [0]), _i64(g, [1])])
             shape = g.op("Concat", [lead, _i64(g, [groups, -1])], axis=0)
@@ -1213,6 +1220,8 @@ def _feature6() -> None:
         ("concat_target_symbolic", {"symbolic": True, "target": "concat", "back": "shape"}),
         ("concat_target_static", {"target": "concat", "back": "shape"}),
         ("const_target_symbolic", {"symbolic": True, "back": "shape"}),
+        ("gather_target_static", {"target": "gather", "back": "shape"}),
+        ("gather_target_symbolic", {"symbolic": True, "target": "gather", "back": "shape"}),
     ):
         case(
             f"a6_gn_decomposed_{name}",
@@ -1234,3 +1243,32 @@ def _feature6() -> None:
 
 for _group in (_feature1, _feature2, _feature3, _feature4, _feature5, _feature6):
     _group()
+
+
+def main(argv=None) -> None:
+    """`python -m models.adversarial_6 --save NAME FOLDER` writes the case as NAME.onnx and its
+    random feeds as NAME.npz; `--list` prints every case."""
+    import argparse
+    from pathlib import Path
+
+    from models.adversarial import feed_sets
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--save", nargs=2, metavar=("NAME", "FOLDER"))
+    args = parser.parse_args(argv)
+    if args.list:
+        for c in CASES:
+            print(f"{c.name:52s} {c.feature} {c.expect.outcome:5s} {c.statement}")
+    if args.save:
+        name, folder = args.save
+        c = next(c for c in CASES if c.name == name)
+        m = c.build()
+        path = Path(folder) / f"{name}.onnx"
+        onnx.save(m, path)
+        np.savez(Path(folder) / f"{name}.npz", **dict(feed_sets(m, ({},), {}, name))["random"])
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

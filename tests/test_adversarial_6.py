@@ -92,13 +92,14 @@ def _expectation(c: Case6, report) -> list[str]:
 
 def _repaired(c: Case6, m, feeds: dict, originals, outputs) -> bool:
     """A difference from the original is no error where the candidate is no further from a
-    float64 evaluation than the original is, and (where the original is NaN/inf there) within
-    1e-2 * (1 + max |reference|) of it; the case's own reference where it has one."""
+    float64 evaluation than the original is, and within 5e-3 * (1 + |reference|) of it at every
+    element (float32 statistics of rows at 1e3 + N(0, 0.01) carry ~4e-3 of rounding); the case's
+    own reference where it has one."""
     if c.reference is None:
         return _no_further_from_f64(m, feeds, originals, outputs)
     for o, out, ref in zip(originals, outputs, c.reference(m, feeds), strict=True):
-        near, far = _distance(out, ref), _distance(o, ref)
-        if near > far or near > 1e-2 * (1 + float(np.abs(ref).max(initial=0.0))):
+        off = np.abs(out.astype(np.float64) - ref)
+        if _distance(out, ref) > _distance(o, ref) or not np.all(off <= 5e-3 * (1 + np.abs(ref))):
             return False
     return True
 
