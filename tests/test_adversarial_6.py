@@ -104,12 +104,28 @@ def _repaired(c: Case6, m, feeds: dict, originals, outputs) -> bool:
     return True
 
 
+def _options(m: onnx.ModelProto, config: str) -> dict:
+    """optimize()'s arguments in `config` (validation with every symbolic dim at 2)."""
+    options = dict(CONFIGS[config])
+    if options.pop("skip", False):
+        options["passes"] = [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]
+    if options.get("validation") == "auto":
+        dims = {
+            d.dim_param: 2
+            for i in m.graph.input
+            for d in i.type.tensor_type.shape.dim
+            if d.HasField("dim_param")
+        }
+        options["validation"] = normfuse.ValidationOptions(dims=dims)
+    return options
+
+
 def check(c: Case6, config: str) -> list[str]:
     """Every problem of case `c` under `config`, each starting with its class."""
     m, feeds, expected = _original(c.name)
     before = m.SerializeToString()
     try:
-        result = normfuse.optimize(m, **CONFIGS[config])
+        result = normfuse.optimize(m, **_options(m, config))
     except normfuse.NormfuseError as error:
         return [f"REFUSED {error}"]
     except Exception as error:
@@ -140,6 +156,8 @@ def check(c: Case6, config: str) -> list[str]:
             verdict = compare(originals, outputs, dtype, _reference(c.name, f))
         if not verdict.ok and not _repaired(c, m, f, originals, outputs):
             problems.append(f"WRONG-NUMERICS on {label}: {verdict.detail}")
+    if result.report.validation is not None and not result.report.validation.passed:
+        problems.append("VALIDATION-FAILED report.validation.passed is False")
     if result.report.sites:
         problems += _placement_problems(m, out)
         if out.ByteSize() > m.ByteSize() + _allowance(m, len(result.report.sites)):
