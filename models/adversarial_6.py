@@ -16,7 +16,7 @@ xfail(strict=True) in exactly the configurations they fail.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -44,9 +44,10 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a6_gated_symbolic_concat_target": ("ADV6-01", BOTH),
     "a6_gated_symbolic_concat_target_const_back": ("ADV6-01", BOTH),
     "a6_qk_qwen3_heads_then_minus1_symbolic": ("ADV6-01", BOTH),
-    # missing reason: a GroupNormalization-21 node whose scale and bias are graph inputs is
-    # neither rewritten nor given a near-miss.
+    # missing reason: a GroupNormalization-21 node whose scale and bias are graph inputs (or
+    # overridable initializers) is neither rewritten nor given a near-miss.
     "a6_gn21_affine_inputs": ("ADV6-02", BOTH),
+    "a6_overridable_gn21": ("ADV6-02", BOTH),
     # missed / wrong reason: a group norm whose first Reshape target is
     # Concat(Shape(x)[0:1], [G, -1]) is `not-channel-groups`, static batch or not.
     "a6_gn_decomposed_concat_target_symbolic": ("ADV6-03", BOTH),
@@ -73,9 +74,10 @@ def FUSE_OR(kind: str, *reasons: str, count: int = 1) -> Expect:
 class Case6:
     """One case. `feature`: "1".."6" (module docstring); `groups`: the group count for the
     constant-groups feed (x's elements split into that many groups per sample, each constant);
-    `offset`: also feed rows of 1e3 + N(0, 0.01); `reference`: a float64 evaluation of what the
-    model means (where converting the model to float64 does not give one: GroupNormalization-21's
-    body casts to its float32 stash type)."""
+    `offset`: also feed rows of 1e3 + N(0, 0.01); `overrides`: values fed for initializers that
+    are graph inputs (on the random and constant profiles too); `reference`: a float64
+    evaluation of what the model means (where converting the model to float64 does not give
+    one: GroupNormalization-21's body casts to its float32 stash type)."""
 
     name: str
     feature: str
@@ -86,6 +88,7 @@ class Case6:
     groups: int = 0
     offset: bool = True
     reference: Callable[[onnx.ModelProto, dict], list[np.ndarray]] | None = None
+    overrides: dict = field(default_factory=dict)
 
 
 CASES: list[Case6] = []
@@ -1451,7 +1454,97 @@ def _feature6() -> None:
     )
 
 
-for _group in (_feature1, _feature2, _feature3, _feature4, _feature5, _feature6):
+# ================================================================ overridable weights
+
+
+def _overridable(kind: str):
+    """A constant a fused node could fold, held by an initializer that is also a graph input
+    (so a caller may feed another value): `gn21` scale and bias of a GroupNormalization-21,
+    `adaln` a constant modulation (1 + s), `gemma` Gemma's (1 + w), `flux` a QK-norm scale,
+    `gated` Mamba2's weight."""
+
+    def build():
+        g = G(opset=21 if kind == "gn21" else 18, seed=13)
+        if kind == "gn21":
+            dims = (2, 8, 3, 3)
+            g.init(g.random((8,)), "ov_scale")
+            g.init(g.random((8,), -0.5, 0.5), "ov_bias")
+            g.nodes.append(
+                helper.make_node(
+                    "GroupNormalization", ["x", "ov_scale", "ov_bias"], ["y"], num_groups=4
+                )
+            )
+            names = ["ov_scale", "ov_bias"]
+        elif kind == "adaln":
+            dims = (2, 5, 16)
+            n = ln(g, "x", gamma=None, beta=None, eps=1e-6)
+            g.init(g.random((16,), -0.3, 0.3), "ov_s")
+            g.init(g.random((16,), -0.3, 0.3), "ov_b")
+            scaled = g.op("Mul", [n, g.op("Add", [g.init(1.0), "ov_s"])])
+            g.op("Add", [scaled, "ov_b"], "y")
+            names = ["ov_s", "ov_b"]
+        elif kind == "gemma":
+            dims = (2, 5, 16)
+            g.init(g.random((16,), -0.5, 0.5), "ov_w")
+            g.op("Identity", [_gemma_rms(g, "x", 16, w="ov_w")], "y")
+            names = ["ov_w"]
+        elif kind == "flux":
+            dims = (2, 4, 3, 8)
+            g.init(g.random((8,)), "ov_w")
+            g.op("Mul", [_rms_stats(g, "x"), "ov_w"], "y")
+            names = ["ov_w"]
+        else:
+            dims = (2, 3, 32)
+            g.init(g.random((32,)), "ov_w")
+            r = g.op("Reshape", ["x", _i64(g, [0, 0, 4, 8])])
+            back = g.op("Reshape", [_rms_stats(g, r, spelling="rsqrt"), _i64(g, [0, 0, 32])])
+            g.op("Mul", ["ov_w", back], "y")
+            names = ["ov_w"]
+        return model(g, [("x", F, dims)], [("y", F, dims)], overridable=names)
+
+    return build
+
+
+def _overridable_cases() -> None:
+    items = [
+        (
+            "gn21",
+            "6",
+            {"ov_scale": np.full(8, 2.5, np.float32), "ov_bias": np.full(8, -1.0, np.float32)},
+            FUSE_OR("group-norm", "gamma-shape", "beta-shape"),
+        ),
+        (
+            "adaln",
+            "2",
+            {"ov_s": np.full(16, 0.7, np.float32), "ov_b": np.full(16, 3.0, np.float32)},
+            FUSE("layer-norm"),
+        ),
+        ("gemma", "4", {"ov_w": np.full(16, 2.0, np.float32)}, FUSE("rms-norm")),
+        ("flux", "3", {"ov_w": np.full(8, -3.0, np.float32)}, FUSE("rms-norm")),
+        ("gated", "1", {"ov_w": np.full(32, 4.0, np.float32)}, FUSE("rms-norm")),
+    ]
+    for kind, feature, overrides, expect in items:
+        case(
+            f"a6_overridable_{kind}",
+            feature,
+            f"{kind}: a foldable constant held by an overridable initializer (fed another value)",
+            _overridable(kind),
+            expect,
+            overrides=overrides,
+            groups=4 if kind == "gn21" else 0,
+            reference=gn21_reference if kind == "gn21" else None,
+        )
+
+
+for _group in (
+    _feature1,
+    _feature2,
+    _feature3,
+    _feature4,
+    _feature5,
+    _feature6,
+    _overridable_cases,
+):
     _group()
 
 

@@ -44,7 +44,7 @@ def _original(name: str):
     outputs on each."""
     c = BY_NAME[name]
     m = c.build()
-    feeds = feed_sets(m, ({},), {}, name) + extra_feeds(m, c, seed=len(name))
+    feeds = feed_sets(m, ({},), c.overrides, name) + extra_feeds(m, c, seed=len(name))
     s = session(m)
     return m, feeds, [s.run(None, f) for _, f in feeds]
 
@@ -178,7 +178,7 @@ def test_case_is_a_valid_model(name: str) -> None:
     m, feeds, _ = _original(name)
     onnx.checker.check_model(m, full_check=True)
     c = BY_NAME[name]
-    assert len(feeds) == 6 + int(c.offset) + int(bool(c.groups))
+    assert len(feeds) == 6 + 2 * bool(c.overrides) + int(c.offset) + int(bool(c.groups))
 
 
 def test_corpus_size_and_features() -> None:
