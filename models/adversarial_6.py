@@ -62,6 +62,9 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # graph output is rolled back `failed-validation` ("differed ... when run alone") though it
     # was never run alone ("input or output type unknown").
     "a6_gn21_silu_after": ("ADV6-05", ("validate",)),
+    # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
+    # channels split into groups) are `not-channel-groups`, not fused nor `group-statistics-axes`.
+    "a6_gn_decomposed_split_two_axes": ("ADV6-06", BOTH),
 }
 
 
@@ -1212,15 +1215,43 @@ def _gn_instance(
     return build
 
 
-def _gn_decomposed(*, c=8, groups=4, spatial=(3, 3), symbolic=False, target="const", back="const"):
+def _gn_decomposed(
+    *,
+    c=8,
+    groups=4,
+    spatial=(3, 3),
+    symbolic=False,
+    target="const",
+    back="const",
+    ln_kw=None,
+    affine="channel",
+    f16=False,
+):
     """nn.GroupNorm written out: Reshape [N, G, -1] -> layer-norm statistics over the last axis
-    -> Reshape back -> Mul(gamma [C, 1, 1]) -> Add(beta)."""
+    -> Reshape back -> Mul(gamma [C, 1, 1]) -> Add(beta). `target`: const | gather (TorchScript's
+    Unsqueeze(Gather(Shape(x), 0))) | slice (Slice(Shape(x), 0, 1)) | interleaved ([0, -1, G]:
+    groups of channels G apart) | split ([0, G, C/G, -1], statistics over the last two axes);
+    `back`: const | shape | other ([0, C, -1]); `ln_kw`: look-alike statistics (divisor,
+    eps_outside); `affine`: channel | group ([G, 1] on the grouped tensor) | wrong_axis (gamma
+    [C, 1]: it varies along H); `f16`: float16 x cast to float32 around the statistics."""
 
     def build():
         g = G(opset=18, seed=c + groups)
+        elem = F16 if f16 else F
         dims = (("n" if symbolic else 2), c, *spatial)
+        size = c * int(np.prod(spatial)) // groups
+        x = g.op("Cast", ["x"], to=F) if f16 else "x"
+        grouped = (2, groups, size)
+        axes = (-1,)
         if target == "const":
             shape = _i64(g, [0, groups, -1])
+        elif target == "interleaved":
+            shape = _i64(g, [0, -1, groups])
+            grouped = (2, size, groups)
+        elif target == "split":
+            shape = _i64(g, [0, groups, c // groups, -1])
+            grouped = (2, groups, c // groups, int(np.prod(spatial)))
+            axes = (-2, -1)
         elif target == "gather":
             batch = g.op(
                 "Gather",
@@ -1231,17 +1262,102 @@ def _gn_decomposed(*, c=8, groups=4, spatial=(3, 3), symbolic=False, target="con
         else:
             lead = g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [0]), _i64(g, [1])])
             shape = g.op("Concat", [lead, _i64(g, [groups, -1])], axis=0)
-        r = g.op("Reshape", ["x", shape])
-        size = c * int(np.prod(spatial)) // groups
-        n = ln(g, r, gamma=None, beta=None, shape=(2, groups, size))
-        back_shape = g.op("Shape", ["x"]) if back == "shape" else _i64(g, [0, c, *spatial])
-        y = g.op("Reshape", [n, back_shape])
-        bshape = (c, *[1] * len(spatial))
-        y = g.op("Mul", [y, g.init(g.random(bshape), g.fresh("gamma"))])
-        g.op("Add", [y, g.init(g.random(bshape, -0.5, 0.5), g.fresh("beta"))], "y")
-        return model(g, [("x", F, dims)], [("y", F, dims)])
+        r = g.op("Reshape", [x, shape])
+        n = ln(g, r, gamma=None, beta=None, shape=grouped, axes=axes, **(ln_kw or {}))
+        if affine == "group":
+            n = g.op("Mul", [n, g.init(g.random((groups, 1)), g.fresh("gg"))])
+        out = dims
+        if back == "other":
+            y = g.op("Reshape", [n, _i64(g, [0, c, -1])])
+            out = (dims[0], c, int(np.prod(spatial)))
+        else:
+            back_shape = g.op("Shape", ["x"]) if back == "shape" else _i64(g, [0, c, *spatial])
+            y = g.op("Reshape", [n, back_shape])
+        if f16:
+            y = g.op("Cast", [y], to=F16)
+        bshape = (c, *[1] * (len(out) - 2))
+        if affine == "wrong_axis":
+            bshape = (c, 1)
+        t = NP_OF[elem]
+        if affine != "group":
+            y = g.op("Mul", [y, g.init(g.random(bshape), g.fresh("gamma"), t)])
+            y = g.op("Add", [y, g.init(g.random(bshape, -0.5, 0.5), g.fresh("beta"), t)])
+        g.op("Identity", [y], "y")
+        return model(g, [("x", elem, dims)], [("y", elem, out)])
 
     return build
+
+
+def _gn_decomposed_cases() -> None:
+    """The hand-written group norm, exact and look-alike."""
+    looks = [
+        (
+            "other_back",
+            {"back": "other"},
+            FUSE_OR("group-norm", "reshape-not-restored"),
+            "Reshape back to [N, C, -1]",
+        ),
+        (
+            "interleaved_groups",
+            {"target": "interleaved"},
+            FUSE_OR("group-norm", "not-channel-groups", "group-norm"),
+            "Reshape [N, -1, G]: statistics over channels G apart",
+        ),
+        (
+            "split_two_axes",
+            {"target": "split"},
+            FUSE_OR("group-norm", "group-statistics-axes"),
+            "Reshape [N, G, C/G, -1], statistics over the last two axes",
+        ),
+        (
+            "divisor_d_minus_1",
+            {"ln_kw": {"var": "sum", "divisor": 17.0}},
+            KEEP("unbiased-variance", "variance-divisor"),
+            "variance ReduceSum / (L - 1)",
+        ),
+        (
+            "eps_outside",
+            {"ln_kw": {"eps_outside": True}},
+            KEEP("epsilon-outside-sqrt"),
+            "epsilon outside the square root",
+        ),
+        (
+            "per_group_affine",
+            {"affine": "group"},
+            FUSE_OR("group-norm", "per-group-affine"),
+            "gamma [G, 1] on the grouped tensor, no per-channel affine",
+        ),
+        (
+            "gamma_wrong_axis",
+            {"affine": "wrong_axis", "spatial": (8, 3)},
+            FUSE_OR("group-norm", "gamma-shape", "beta-shape"),
+            "gamma, beta [C, 1] on [N, C, H = C, W]: they vary along H",
+        ),
+        (
+            "groups_do_not_divide",
+            {"groups": 3},
+            FUSE_OR("group-norm", "groups-do-not-divide"),
+            "Reshape [N, 3, -1] of 8 channels x 3x3: groups cut channels",
+        ),
+        (
+            "float16",
+            {"f16": True},
+            FUSE("group-norm"),
+            "float16 x, statistics in float32 between Casts",
+        ),
+        ("g1", {"groups": 1}, FUSE("group-norm"), "one group"),
+        ("gC", {"groups": 8}, FUSE("group-norm"), "G = C"),
+        ("5d", {"spatial": (2, 2, 3)}, FUSE("group-norm"), "5-D x"),
+    ]
+    for name, kw, expect, words in looks:
+        case(
+            f"a6_gn_decomposed_{name}",
+            "6",
+            f"hand-written group norm: {words}",
+            _gn_decomposed(**kw),
+            expect,
+            groups=kw.get("groups", 4) if kw.get("groups", 4) in (1, 4, 8) else 0,
+        )
 
 
 def _feature6() -> None:
@@ -1544,6 +1660,7 @@ for _group in (
     _feature5,
     _feature6,
     _overridable_cases,
+    _gn_decomposed_cases,
 ):
     _group()
 

@@ -5,7 +5,8 @@ ORT_DISABLE_ALL, the original's numerics on the corpus's adversarial profiles an
 own feeds (rows of 1e3 + N(0, 0.01), constant groups; a difference is no error where the
 candidate is no further from a float64 evaluation than the original: a repair, as in the fourth
 corpus's test), initializers kept in their scopes,
-the file not grown beyond what fused nodes add, and the expected outcome."""
+the file not grown beyond what fused nodes add, float16 cases no further from float64 than the
+original (x1.10, both ORT levels, as in the fourth corpus), and the expected outcome."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ import onnx
 import pytest
 from adversarial_harness import compare, float64_model, narrowest_float, session
 from test_adversarial import _interface
-from test_adversarial_4 import _allowance, _distance, _no_further_from_f64, _placement_problems
+from test_adversarial_4 import (
+    _allowance,
+    _distance,
+    _f64_problems,
+    _no_further_from_f64,
+    _placement_problems,
+)
 
 import normfuse
 from models.adversarial import feed_sets
@@ -162,6 +169,8 @@ def check(c: Case6, config: str) -> list[str]:
         problems += _placement_problems(m, out)
         if out.ByteSize() > m.ByteSize() + _allowance(m, len(result.report.sites)):
             problems.append(f"GROWN {m.ByteSize()} -> {out.ByteSize()} bytes")
+    if dtype == np.float16 and result.report.sites:
+        problems += _f64_problems(m, out, feeds)
     return problems + _expectation(c, result.report)
 
 
