@@ -1455,6 +1455,7 @@ def _feature6() -> None:
             "two_nodes_shared_affine",
             "two_nodes_typed",
             "silu_after",
+            "resnet_block",
         )
         case(
             f"a6_gn21_{name}",

@@ -208,3 +208,35 @@ def test_extra_feeds_are_adversarial() -> None:
     assert abs(float(x.mean()) - 1e3) < 0.01 and float(x.std()) < 0.05
     grouped = by_label["constant-groups"]["x"].reshape(2, c.groups, -1)
     assert np.all(grouped == grouped[..., :1]) and np.unique(grouped[..., 0]).size == 2 * c.groups
+
+
+CLASSES = (
+    ("wrong", ("WRONG-NUMERICS", "INPUT-MODIFIED", "INTERFACE", "VALIDATION-FAILED", "F64-RATIO")),
+    ("unrunnable", ("UNRUNNABLE", "CHECKER")),
+    ("crash", ("CRASH", "REFUSED")),
+    ("wrong reason", ("EXPECT-REASON",)),
+    ("missed", ("EXPECT-FUSE", "EXPECT-OR")),
+)
+
+
+def counts() -> dict[str, int]:
+    """Case-configuration runs by their worst problem class (the order of CLASSES; `other`: a
+    look-alike fused without a numeric difference, a grown file, a moved weight), or pass; each
+    run that is not a pass is printed with its finding id."""
+    tally = dict.fromkeys([name for name, _ in CLASSES] + ["other", "pass"], 0)
+    for c in CASES:
+        for config in c.configs:
+            problems = check(c, config)
+            found = next(
+                (name for name, marks in CLASSES if any(p.startswith(marks) for p in problems)),
+                "other" if problems else "pass",
+            )
+            tally[found] += 1
+            if problems:
+                finding = FINDINGS.get(c.name, ("no finding", ()))[0]
+                print(f"{finding:10s} {found:12s} {c.name}-{config}: {problems[0][:120]}")
+    return tally
+
+
+if __name__ == "__main__":
+    print(counts())
