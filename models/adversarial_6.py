@@ -191,10 +191,22 @@ def _rms_stats(
     divisor=None,
     eps_outside=False,
     axes=(-1,),
-    size=None,
+    stat="pow",
 ) -> str:
-    """x / sqrt(mean(x^2) + eps) over `axes` (no scale); `center` subtracts the mean first."""
+    """x / sqrt(mean(x^2) + eps) over `axes` (no scale); `center` subtracts the mean first;
+    `stat`: pow (Pow, ReduceMean or ReduceSum / divisor) | sumsquare (ReduceSumSquare /
+    divisor) | l2 (ReduceL2 squared / divisor)."""
     num = g.op("Sub", [x, g.reduce("ReduceMean", x, axes)]) if center else x
+    if stat != "pow":
+        d = g.init(float(divisor), g.fresh("d"))
+        if stat == "sumsquare":
+            total = g.op("ReduceSumSquare", [num, _i64(g, axes)], keepdims=1)
+        else:
+            l2 = g.op("ReduceL2", [num, _i64(g, axes)], keepdims=1)
+            total = g.op("Pow", [l2, g.init(2.0, g.fresh("two"))])
+        ms = g.op("Div", [total, d])
+        shifted = g.op("Add", [ms, g.init(eps, g.fresh("eps"))])
+        return normalise(g, num, shifted, "reciprocal" if spelling == "rsqrt" else spelling)
     square = g.op("Pow", [num, g.init(2.0, g.fresh("two"))])
     if divisor is None:
         ms = g.reduce("ReduceMean", square, axes)
@@ -231,6 +243,7 @@ def _gated(
     weight="channel",
     f16=False,
     out_shape=None,
+    stat="pow",
 ):
     """Mamba2's MambaRMSNormGated: y = w * RMS_group(x * silu(z)) with Reshape -> RMS over the
     group -> Reshape back (`gate`: before | after | none; `target`: const | concat; `back`:
@@ -256,7 +269,13 @@ def _gated(
         if transpose:
             r = g.op("Transpose", [r], perm=[0, 1, 3, 2])
         n = _rms_stats(
-            g, r, spelling=spelling, center=center, divisor=divisor, eps_outside=eps_outside
+            g,
+            r,
+            spelling=spelling,
+            center=center,
+            divisor=divisor,
+            eps_outside=eps_outside,
+            stat=stat,
         )
         if transpose:
             n = g.op("Transpose", [n], perm=[0, 1, 3, 2])
@@ -364,6 +383,21 @@ def _feature1() -> None:
         "float16 Mamba2: Cast x, z to float32, gated group RMS, Cast back, w * y in float16",
         _gated(4, f16=True),
         FUSE("rms-norm"),
+    )
+    for stat in ("sumsquare", "l2"):
+        case(
+            f"a6_gated_stat_{stat}",
+            "1",
+            f"gated group RMS, mean of squares as {stat} / (D/G) (opset 18 axes inputs)",
+            _gated(4, stat=stat, divisor=8),
+            FUSE("rms-norm"),
+        )
+    case(
+        "a6_gated_stat_sumsquare_d_minus_1",
+        "1",
+        "look-alike: ReduceSumSquare / (D/G - 1)",
+        _gated(4, stat="sumsquare", divisor=7),
+        KEEP("variance-divisor", "unbiased-variance"),
     )
     case(
         "a6_gated_float16_pure",
