@@ -925,13 +925,13 @@ def _olmo2_weight_after_reshape() -> onnx.ModelProto:
 
 def _gemma_rms(g: G, x: str, d: int, *, f16=False, order="one_plus", w=None, eps=1e-6) -> str:
     """Gemma's RMS norm: float32 statistics, scale (1 + w) applied before the cast back."""
-    h = g.op("Cast", [x], to=F) if f16 else x
+    h = g.op("Cast", [x], to=F) if f16 is True else x
     n = _rms_stats(g, h, eps=eps, spelling="rsqrt")
     weight = w or g.init(g.random((d,), -0.5, 0.5), g.fresh("w"))
     one = g.init(1.0, g.fresh("one"))
     scale = g.op("Add", [one, weight] if order == "one_plus" else [weight, one])
     y = g.op("Mul", [n, scale])
-    return g.op("Cast", [y], to=F16) if f16 else y
+    return g.op("Cast", [y], to=F16) if f16 is True else y
 
 
 def _sandwich(*, d=16, f16=False, order="one_plus", layers=1, w_input=False, share=False, opset=18):
@@ -940,7 +940,7 @@ def _sandwich(*, d=16, f16=False, order="one_plus", layers=1, w_input=False, sha
     weight a graph input; `share`: one weight tensor for all four norms."""
 
     def build():
-        g = G(opset=opset, seed=d)
+        g = G(opset=opset, seed=d, dtype=np.float16 if f16 == "pure" else np.float32)
         elem = F16 if f16 else F
         t = NP_OF[elem]
         shared = g.init(g.random((d,), -0.5, 0.5), "w_shared") if share else None
@@ -993,6 +993,7 @@ def _feature4() -> None:
         ),
         ("d64", {"d": 64}, FUSE("rms-norm", 4), "hidden 64"),
         ("opset17", {"opset": 17}, FUSE("rms-norm", 4), "opset 17"),
+        ("float16_pure", {"f16": "pure"}, FUSE("rms-norm", 4), "float16 throughout, no Casts"),
     ]
     for name, kw, expect, words in items:
         case(
