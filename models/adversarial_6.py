@@ -58,10 +58,11 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a6_gn21_two_nodes_shared_affine": ("ADV6-04", BOTH),
     "a6_gn21_two_nodes_typed": ("ADV6-04", BOTH),
     "a6_gn21_resnet_block": ("ADV6-04", BOTH),
-    # missed under --validate / wrong reason: a GroupNormalization-21 site whose output is not a
-    # graph output is rolled back `failed-validation` ("differed ... when run alone") though it
+    # missed under --validate / wrong reason: a GroupNormalization-21 site whose output feeds
+    # another node (a graph output too or not) is rolled back `failed-validation` ("differed ... when run alone") though it
     # was never run alone ("input or output type unknown").
     "a6_gn21_silu_after": ("ADV6-05", ("validate",)),
+    "a6_gn21_used_twice": ("ADV6-05", ("validate",)),
     # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
     # channels split into groups) are `not-channel-groups`, not fused nor `group-statistics-axes`.
     "a6_gn_decomposed_split_two_axes": ("ADV6-06", BOTH),
@@ -156,7 +157,9 @@ def gn21_reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     values = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer} | feeds
     for n in m.graph.node:
         if n.op_type == "Constant":
-            values[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+            value = helper.get_attribute_value(n.attribute[0])
+            is_tensor = isinstance(value, onnx.TensorProto)
+            values[n.output[0]] = numpy_helper.to_array(value) if is_tensor else np.asarray(value)
     x, scale, bias = (np.asarray(values[i], np.float64) for i in node.input)
     groups, eps = attrs["num_groups"], attrs.get("epsilon", 1e-5)
     grouped = x.reshape(x.shape[0], groups, -1)
@@ -1217,9 +1220,16 @@ def _gn21_graph(kind: str):
     def build():
         g = G(opset=21, seed=8)
         dims = (2, 8, 3, 3)
-        ins = [("x", F, dims)]
+        ins, outs = [("x", F, dims)], []
         make = g.const_node if kind == "constant" else g.init
         scale, bias = make(g.random((8,))), make(g.random((8,), -0.5, 0.5))
+        if kind == "value_floats":
+            scale, bias = "vf_scale", "vf_bias"
+            for name, values in ((scale, np.linspace(0.5, 1.5, 8)), (bias, [0.1] * 8)):
+                g.nodes.append(helper.make_node("Constant", [], [name], value_floats=list(values)))
+        if kind == "same_scale_bias":
+            bias = scale
+        attrs = {} if kind == "no_epsilon" else {"epsilon": 1e-5}
 
         def gn(x, out, where=g):
             where.nodes.append(
@@ -1229,7 +1239,7 @@ def _gn21_graph(kind: str):
                     [out],
                     name=where.fresh("gn"),
                     num_groups=4,
-                    epsilon=1e-5,
+                    **attrs,
                 )
             )
             return out
@@ -1237,6 +1247,11 @@ def _gn21_graph(kind: str):
         if kind == "silu":
             y = gn("x", "n")
             g.op("Mul", [y, g.op("Sigmoid", [y])], "y")
+        elif kind == "used_twice":
+            n = gn("x", "n")
+            g.op("Add", [n, n], "y")
+            g.op("Identity", [n], "n_out")
+            outs.append(("n_out", F, dims))
         elif kind == "resnet":
             a = g.op("Mul", [gn("x", "a"), g.op("Sigmoid", ["a"], "sa")], "a2")
             w = g.init(g.random((8, 8, 3, 3), -0.2, 0.2), "conv_w")
@@ -1267,7 +1282,7 @@ def _gn21_graph(kind: str):
             "two_typed": [("a", F, dims), ("a2", F, dims)],
             "resnet": [("a", F, dims), ("sa", F, dims), ("a2", F, dims), ("c", F, dims)],
         }.get(kind, [])
-        return model(g, ins, [("y", F, dims)], value_info=typed)
+        return model(g, ins, [("y", F, dims), *outs], value_info=typed)
 
     return build
 
@@ -1535,6 +1550,25 @@ def _feature6() -> None:
             "two nodes in a chain sharing one scale and bias, intermediates untyped (onnx infers"
             " no type for a GroupNormalization-21 output)",
         ),
+        ("no_epsilon", _gn21_graph("no_epsilon"), FUSE("group-norm"), "without epsilon (1e-5)"),
+        (
+            "value_floats",
+            _gn21_graph("value_floats"),
+            FUSE("group-norm"),
+            "scale and bias from Constant(value_floats)",
+        ),
+        (
+            "same_scale_bias",
+            _gn21_graph("same_scale_bias"),
+            FUSE("group-norm"),
+            "one tensor as both scale and bias",
+        ),
+        (
+            "used_twice",
+            _gn21_graph("used_twice"),
+            FUSE("group-norm"),
+            "output read twice and a graph output",
+        ),
         (
             "resnet_block",
             _gn21_graph("resnet"),
@@ -1575,6 +1609,7 @@ def _feature6() -> None:
             "two_nodes_typed",
             "silu_after",
             "resnet_block",
+            "used_twice",
         )
         case(
             f"a6_gn21_{name}",
