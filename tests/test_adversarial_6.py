@@ -1,12 +1,14 @@
 """The sixth adversarial corpus (models/adversarial_6.py: the norms of 2024-26 models and the
-group-norm forms) through normfuse.optimize, default and `--target onnx`: no crash or refusal,
-the original's interface, `onnx.checker` full_check on the `--target onnx` output, runnable at
+group-norm forms) through normfuse.optimize in `default`, `--target onnx`, `--validate` and, for
+cases with residual sums, `skip-norm` too: no crash or refusal, the input unchanged, the
+original's interface, `onnx.checker` full_check on the `--target onnx` output, runnable at
 ORT_DISABLE_ALL, the original's numerics on the corpus's adversarial profiles and on the case's
-own feeds (rows of 1e3 + N(0, 0.01), constant groups; a difference is no error where the
-candidate is no further from a float64 evaluation than the original: a repair, as in the fourth
-corpus's test), initializers kept in their scopes,
-the file not grown beyond what fused nodes add, float16 cases no further from float64 than the
-original (x1.10, both ORT levels, as in the fourth corpus), and the expected outcome."""
+own feeds (rows of 1e3 + N(0, 0.01), constant groups, overridden initializers; a difference is
+no error where the candidate is no further from a float64 evaluation than the original: a
+repair), validation passed, initializers kept in their scopes, the file not grown beyond what
+fused nodes add, float16 models no further from float64 than the original (x1.10, both ORT
+levels; the fourth corpus's checks), and the expected outcome. `python tests/test_adversarial_6.py`
+prints the runs that fail and the counts by class."""
 
 from __future__ import annotations
 
