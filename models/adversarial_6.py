@@ -59,8 +59,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a6_gn21_two_nodes_typed": ("ADV6-04", BOTH),
     "a6_gn21_resnet_block": ("ADV6-04", BOTH),
     # missed under --validate / wrong reason: a GroupNormalization-21 site whose output feeds
-    # another node (a graph output too or not) is rolled back `failed-validation` ("differed ... when run alone") though it
-    # was never run alone ("input or output type unknown").
+    # another node (a graph output too or not) is rolled back `failed-validation` ("differed
+    # ... when run alone") though it was never run alone ("input or output type unknown").
     "a6_gn21_silu_after": ("ADV6-05", ("validate",)),
     "a6_gn21_used_twice": ("ADV6-05", ("validate",)),
     # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
@@ -893,6 +893,12 @@ def _feature3() -> None:
             "Flux attention: MatMul -> Reshape [B, S, H, Dh] -> Transpose -> q, k RMS norms",
         ),
         (
+            "gemma3_q_norm",
+            _gemma3_qk,
+            FUSE("rms-norm"),
+            "Gemma 3 q_norm: Shape-built Reshape, float16, (1 + w) in float32 before the cast",
+        ),
+        (
             "olmo2_weight_heads_after_reshape",
             _olmo2_weight_after_reshape,
             FUSE("rms-norm"),
@@ -913,6 +919,16 @@ def _flux_projection() -> onnx.ModelProto:
         g.op("Mul", [out, g.init(g.random((8,)))], name)
         outs.append((name, F, ("b", 4, "s", 8)))
     return model(g, [("h", F, ("b", "s", 32))], outs)
+
+
+def _gemma3_qk() -> onnx.ModelProto:
+    """Gemma 3's q_norm: Reshape [B, S, -1, Dh] by a Shape-built target, then Gemma's RMS norm
+    (float32 statistics, (1 + w) over Dh) in float16 between Casts."""
+    g = G(opset=18, seed=6)
+    lead = g.op("Slice", [g.op("Shape", ["q"]), _i64(g, [0]), _i64(g, [2])])
+    r = g.op("Reshape", ["q", g.op("Concat", [lead, _i64(g, [-1, 8])], axis=0)])
+    g.op("Identity", [_gemma_rms(g, r, 8, f16=True)], "y")
+    return model(g, [("q", F16, ("b", "s", 32))], [("y", F16, ("b", "s", 4, 8))])
 
 
 def _olmo2_weight_after_reshape() -> onnx.ModelProto:
@@ -1008,6 +1024,20 @@ def _feature4() -> None:
             configs=WITH_SKIP,
         )
     case(
+        "a6_sandwich_phi3_rms",
+        "4",
+        "Phi-3's RMS norm (LLaMA's: float16, statistics in float32, w after the cast back)",
+        _phi3,
+        FUSE("rms-norm"),
+    )
+    case(
+        "a6_sandwich_cohere_hidden_ln",
+        "4",
+        "Cohere's hidden-state layer norm: mean-centred, weight [D], no bias",
+        _cohere_hidden,
+        FUSE("layer-norm"),
+    )
+    case(
         "a6_sandwich_one_minus_w",
         "4",
         "look-alike scale: (1 - w), still a constant scale",
@@ -1035,6 +1065,19 @@ def _feature4() -> None:
         _gemma_variant("input_one"),
         FUSE_OR("rms-norm", "gamma-shape"),
     )
+
+
+def _phi3() -> onnx.ModelProto:
+    g = G(opset=18, seed=7)
+    n = g.op("Cast", [_rms_stats(g, g.op("Cast", ["x"], to=F), eps=1e-5, spelling="rsqrt")], to=F16)
+    g.op("Mul", [g.init(g.random((16,)), g.fresh("w"), np.float16), n], "y")
+    return model(g, [("x", F16, (2, 5, 16))], [("y", F16, (2, 5, 16))])
+
+
+def _cohere_hidden() -> onnx.ModelProto:
+    g = G(opset=18, seed=8)
+    ln(g, "x", beta=None, eps=1e-5, out="y")
+    return model(g)
 
 
 def _gemma_variant(kind: str):
