@@ -113,17 +113,13 @@ def case(name: str, feature: str, statement: str, build, expect: Expect, **kw) -
 
 
 def extra_feeds(m: onnx.ModelProto, c: Case6, seed: int) -> list[tuple[str, dict]]:
-    """The case's own adversarial feeds: every float input at 1e3 + N(0, 0.01), and x (the first
-    input) in constant groups (the other inputs random)."""
+    """The case's own adversarial feeds: every float input at 1e3 + N(0, 0.01); x (the first
+    input) in constant groups (the other inputs random); and where inputs have symbolic dims,
+    random inputs with every symbolic dim at 1 and at 3 (the corpus's profiles use 2)."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in m.graph.initializer}
     free = [i for i in m.graph.input if i.name not in inits]
-    shapes = {
-        i.name: [
-            d.dim_value if d.HasField("dim_value") else 2 for d in i.type.tensor_type.shape.dim
-        ]
-        for i in free
-    }
+    shapes = {i.name: _shape_at(i, 2) for i in free}
     types = {i.name: NP_OF.get(i.type.tensor_type.elem_type) for i in free}
     other = {n: np.ones(shapes[n], NP[e]) for n, e in _elems(free).items() if types[n] is None}
     shapes = {n: v for n, v in shapes.items() if types[n] is not None}
@@ -144,7 +140,32 @@ def extra_feeds(m: onnx.ModelProto, c: Case6, seed: int) -> list[tuple[str, dict
         grouped = np.broadcast_to(levels, (dims[0], c.groups, int(np.prod(dims[1:])) // c.groups))
         feeds[x] = grouped.reshape(dims).astype(types[x])
         sets.append(("constant-groups", feeds))
+    if symbolic_inputs(m):
+        for size in (1, 3):
+            feeds = {
+                i.name: rng.normal(1.0, 2.0, _shape_at(i, size)).astype(types[i.name])
+                for i in free
+                if i.name in shapes
+            }
+            sets.append((f"symbolic-dims-{size}", feeds | other))
     return sets
+
+
+def _shape_at(info: onnx.ValueInfoProto, size: int) -> list[int]:
+    """The input's shape with every symbolic dim at `size`."""
+    dims = info.type.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") else size for d in dims]
+
+
+def symbolic_inputs(m: onnx.ModelProto) -> bool:
+    """Whether a graph input (not an initializer) has a symbolic dim."""
+    inits = {t.name for t in m.graph.initializer}
+    return any(
+        d.HasField("dim_param")
+        for i in m.graph.input
+        if i.name not in inits
+        for d in i.type.tensor_type.shape.dim
+    )
 
 
 def gn21_reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:

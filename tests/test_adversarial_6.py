@@ -29,7 +29,7 @@ from test_adversarial_4 import (
 
 import normfuse
 from models.adversarial import feed_sets
-from models.adversarial_6 import CASES, CONFIGS, FINDINGS, Case6, extra_feeds
+from models.adversarial_6 import CASES, CONFIGS, FINDINGS, Case6, extra_feeds, symbolic_inputs
 
 BY_NAME = {c.name: c for c in CASES}
 
@@ -189,7 +189,8 @@ def test_case_is_a_valid_model(name: str) -> None:
     m, feeds, _ = _original(name)
     onnx.checker.check_model(m, full_check=True)
     c = BY_NAME[name]
-    assert len(feeds) == 6 + 2 * bool(c.overrides) + int(c.offset) + int(bool(c.groups))
+    own = int(c.offset) + int(bool(c.groups)) + 2 * symbolic_inputs(m)
+    assert len(feeds) == 6 + 2 * bool(c.overrides) + own
 
 
 def test_corpus_size_and_features() -> None:
