@@ -63,6 +63,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # ... when run alone") though it was never run alone ("input or output type unknown").
     "a6_gn21_silu_after": ("ADV6-05", ("validate",)),
     "a6_gn21_used_twice": ("ADV6-05", ("validate",)),
+    "a6_gn21_in_function": ("ADV6-05", ("validate",)),
     # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
     # channels split into groups) are `not-channel-groups`, not fused nor `group-statistics-axes`.
     "a6_gn_decomposed_split_two_axes": ("ADV6-06", BOTH),
@@ -1351,6 +1352,22 @@ def _gn21_graph(kind: str):
     return build
 
 
+def _gn21_in_function() -> onnx.ModelProto:
+    """A GroupNormalization-21 node inside a model-local function, its affine Constant nodes."""
+    g = G(opset=21, seed=9)
+    body = [
+        helper.make_node("Constant", [], ["s"], value=onnx.numpy_helper.from_array(g.random((8,)))),
+        helper.make_node(
+            "Constant", [], ["b"], value=onnx.numpy_helper.from_array(g.random((8,), -0.5, 0.5))
+        ),
+        helper.make_node("GroupNormalization", ["X", "s", "b"], ["Y"], num_groups=4),
+    ]
+    fn = helper.make_function("local", "GNBlock", ["X"], ["Y"], body, [helper.make_opsetid("", 21)])
+    g.nodes.append(helper.make_node("GNBlock", ["x"], ["y"], domain="local"))
+    dims = (2, 8, 3, 3)
+    return model(g, [("x", F, dims)], [("y", F, dims)], functions=[fn], opsets={"local": 1})
+
+
 def _gn_instance(
     *,
     c=8,
@@ -1634,6 +1651,12 @@ def _feature6() -> None:
             "output read twice and a graph output",
         ),
         (
+            "in_function",
+            _gn21_in_function,
+            FUSE("group-norm"),
+            "inside a model-local function, affine from Constant nodes",
+        ),
+        (
             "resnet_block",
             _gn21_graph("resnet"),
             FUSE("group-norm", 2),
@@ -1674,6 +1697,7 @@ def _feature6() -> None:
             "silu_after",
             "resnet_block",
             "used_twice",
+            "in_function",
         )
         case(
             f"a6_gn21_{name}",
