@@ -1820,7 +1820,7 @@ def _overridable(kind: str):
     """A constant a fused node could fold, held by an initializer that is also a graph input
     (so a caller may feed another value): `gn21` scale and bias of a GroupNormalization-21,
     `adaln` a constant modulation (1 + s), `gemma` Gemma's (1 + w), `flux` a QK-norm scale,
-    `gated` Mamba2's weight."""
+    `gated` Mamba2's weight, `gn_target` / `qk_target` the grouping / head Reshape's target."""
 
     def build():
         g = G(opset=21 if kind == "gn21" else 18, seed=13)
@@ -1852,6 +1852,20 @@ def _overridable(kind: str):
             g.init(g.random((8,)), "ov_w")
             g.op("Mul", [_rms_stats(g, "x"), "ov_w"], "y")
             names = ["ov_w"]
+        elif kind == "gn_target":
+            dims = (2, 8, 3, 3)
+            g.init(np.array([0, 4, -1], np.int64), "ov_shape", np.int64)
+            n = ln(g, g.op("Reshape", ["x", "ov_shape"]), gamma=None, beta=None, shape=(2, 4, 18))
+            y = g.op("Reshape", [n, g.op("Shape", ["x"])])
+            y = g.op("Mul", [y, g.init(g.random((8, 1, 1)))])
+            g.op("Add", [y, g.init(g.random((8, 1, 1), -0.5, 0.5))], "y")
+            names = ["ov_shape"]
+        elif kind == "qk_target":
+            g.init(np.array([0, 0, 4, 8], np.int64), "ov_shape", np.int64)
+            n = _rms_stats(g, g.op("Reshape", ["x", "ov_shape"]))
+            g.op("Mul", [n, g.init(g.random((8,)))], "y")
+            out = ("a", "b", "c", "d")
+            return model(g, [("x", F, (2, 3, 32))], [("y", F, out)], overridable=["ov_shape"])
         else:
             dims = (2, 3, 32)
             g.init(g.random((32,)), "ov_w")
@@ -1881,6 +1895,18 @@ def _overridable_cases() -> None:
         ("gemma", "4", {"ov_w": np.full(16, 2.0, np.float32)}, FUSE("rms-norm")),
         ("flux", "3", {"ov_w": np.full(8, -3.0, np.float32)}, FUSE("rms-norm")),
         ("gated", "1", {"ov_w": np.full(32, 4.0, np.float32)}, FUSE("rms-norm")),
+        (
+            "gn_target",
+            "6",
+            {"ov_shape": np.array([0, 2, -1], np.int64)},
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "qk_target",
+            "3",
+            {"ov_shape": np.array([0, 0, 32, 1], np.int64)},
+            FUSE_OR("rms-norm", "unknown-shape"),
+        ),
     ]
     for kind, feature, overrides, expect in items:
         case(
