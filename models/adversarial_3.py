@@ -30,24 +30,6 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, mod
 # What still fails after merging main's fixes for issue 21 (22:55 UTC; before the merge 200
 # cases failed somewhere: docs/adversary3-findings.md).
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "a3_fold_rms_reduceprod_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_reducesum_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_reducemean_noop0_no_axes": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_reducemax_noop0_keepdims0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_int_div_trunc_neg_33": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_ln_int_div_trunc_neg_33": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_where_shape_true": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_expand_ones_16": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_expand_ones_4x4": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_mod_int_33_17": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_mod_fmod_neg_33_17": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_mod_fmod0_int_neg_1_17": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_cast_trunc_neg_16_7": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_cast_trunc_16_9": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_cast_int64_272_uint8": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_reducesum_empty_axes_noop0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_fold_rms_reducesumsquare_noop0": ("ADV3-04", ("default", "onnx", "skip", "validate")),
-    "a3_gn_diffusers_f16_cast_first": ("ADV3-10", ("default", "onnx", "skip", "validate")),
 }
 
 C_SHAPES, C_FUNCTIONS, C_FOLDER, C_RESIDUAL, C_GROUP = (
@@ -1888,6 +1870,43 @@ def _gn_model(variant: str):
     return build
 
 
+def _gn_cast_first_back(variant: str):
+    """float16 x -> Cast(f32) -> Reshape [0, 4, -1] -> statistics -> Reshape back -> Cast(f16),
+    no affine; the Reshape back's target is `Shape` of x (x's shape: a group norm), of another
+    float16 input z of x's rank and size (shape_other), of a Transpose of x (shape_transposed),
+    or x's dims in another order by `Shape` start/end slices (shape_sliced)."""
+
+    def build():
+        shape = (1, 8, 5, 4) if variant == "shape_transposed" else GN
+        g = G(dtype=np.float32)
+        x = g.op("Cast", ["x"], to=F)
+        grouped = g.op("Reshape", [x, g.init([0, 4, -1], "groups", np.int64)])
+        normed = norm(g, grouped, kind="ln", out=None)
+        inputs = [("x", F16, shape)]
+        out_shape = shape
+        if variant == "shape_of_x":
+            back_shape = g.op("Shape", ["x"])
+        elif variant == "shape_other":
+            out_shape = (1, 8, 25, 1)
+            inputs.append(("z", F16, out_shape))
+            back_shape = g.op("Shape", ["z"])
+        elif variant == "shape_transposed":
+            out_shape = (1, 8, 4, 5)
+            back_shape = g.op("Shape", [g.op("Transpose", ["x"], perm=[0, 1, 3, 2])])
+        elif variant == "shape_sliced":
+            out_shape = (1, 5, 8, 5)
+            windows = [(0, 1), (2, 3), (1, 2), (3, 4)]
+            parts = [g.op("Shape", ["x"], start=lo, end=hi) for lo, hi in windows]
+            back_shape = g.op("Concat", parts, axis=0)
+        else:
+            raise ValueError(variant)
+        back = g.op("Reshape", [normed, back_shape])
+        g.op("Cast", [back], "y", to=F16)
+        return model(g, inputs, [("y", F16, out_shape)])
+
+    return build
+
+
 def _ln_shared(variant: str):
     """Layer norms over the last axis sharing statistics: three Divs by one std, or x - m and
     m - x over one std."""
@@ -1949,6 +1968,25 @@ def _group_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
             statement,
             _gn_model(variant),
             FUSE("group-norm", count),
+        )
+    case(
+        "a3_gn_cast_first_back_shape_of_x",
+        C_GROUP,
+        "float16 x -> Cast(f32) -> group statistics -> Reshape(Shape(x)): Cast keeps x's shape",
+        _gn_cast_first_back("shape_of_x"),
+        FUSE("group-norm"),
+    )
+    for variant, statement in (
+        ("shape_other", "Reshape back to Shape(z), z another float16 input of x's rank and size"),
+        ("shape_transposed", "Reshape back to Shape(Transpose(x)): x's dims in another order"),
+        ("shape_sliced", "Reshape back to Concat of Shape(x) start/end slices: [N, H, C, W]"),
+    ):
+        case(
+            f"a3_gn_cast_first_back_{variant}",
+            C_GROUP,
+            f"cast-first group statistics, {statement}: not x's shape",
+            _gn_cast_first_back(variant),
+            KEEP("reshape-not-restored"),
         )
     for variant, count, statement in (
         ("three_share_var", 3, "three layer norms dividing one x - m by one std (own gamma each)"),

@@ -1278,12 +1278,16 @@ def onnx_group_norm_function_model(
 
 
 def group_normalization_model(
-    shape: tuple = ("batch", 8, 5, 5), groups: int = 4, epsilon: float = 1e-5, seed: int = 0
+    shape: tuple = ("batch", 8, 5, 5),
+    groups: int = 4,
+    epsilon: float = 1e-5,
+    seed: int = 0,
+    opset: int = 21,
 ) -> onnx.ModelProto:
     """One `GroupNormalization`-21 node (dynamo's `nn.GroupNorm` at opset 21), per-channel scale
-    and bias as initializers."""
+    and bias as initializers; at `opset` 18-20 GroupNormalization-18, scale and bias per group."""
     rng = np.random.default_rng(seed)
-    channels = shape[1]
+    channels = shape[1] if opset >= 21 else groups
     node = helper.make_node(
         "GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=groups, epsilon=epsilon
     )
@@ -1298,7 +1302,7 @@ def group_normalization_model(
         [helper.make_tensor_value_info("y", FLOAT, list(shape))],
         parameters,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
     return model
 
@@ -1355,7 +1359,7 @@ def padded_group_norm_model(
     becomes a Pad whose pads come from a constant-only chain (Shape of the constant, Sub, Mul,
     ConstantOfShape, Concat, Reshape, a reversing Slice, Transpose, Reshape, Cast) that shape
     inference does not fold; then Conv(3x3, stride 2) and a decomposed group norm. With
-    `unfoldable`, the chain's length goes through `Abs`, which the folding table lacks;
+    `unfoldable`, the chain's length goes through `Max`, which the folding table lacks;
     `grouping`: the group norm's grouping Reshape target (`GroupNormSpec.grouping`; with
     `constant`, the Reshape back is static too: no Reshape target reads a Shape)."""
     rng = np.random.default_rng(0)
@@ -1365,7 +1369,7 @@ def padded_group_norm_model(
     pad_length = b.op("Gather", [b.op("Shape", [pad]), b.const([0], "zero", np.int64)], axis=0)
     twice_rank = b.op("Mul", [b.const(rank, "rank", np.int64), b.const(2, "two", np.int64)])
     if unfoldable:
-        pad_length = b.op("Abs", [pad_length])
+        pad_length = b.op("Max", [pad_length, pad_length])
     extension = b.op("Sub", [twice_rank, pad_length])
     zero = numpy_helper.from_array(np.zeros(1, np.int64))
     padding = b.op(

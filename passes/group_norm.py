@@ -9,7 +9,8 @@ What exporters write (an optional SiLU `y * Sigmoid(y)` often follows; it is nev
               | Cast(float32) ──> those statistics ──> Cast(float16)  (diffusers, float16)
     back ──> Mul(gamma[C, 1, 1]) ──> Add(beta[C, 1, 1]) ──> y
     (dynamo at opset 21 writes GroupNormalization-21 itself: rewritten to the same form, the
-    Reshapes and the affine emitted around the LayerNormalization)
+    Reshapes and the affine emitted around the LayerNormalization; float16 between Casts;
+    GroupNormalization-18's per-group scale and bias repeated per channel)
 
 Instance norm with a per-channel affine (statistics over S of x itself, no Reshapes) is the G = C
 case. What is emitted was decided by what ONNX Runtime's CPU provider runs and by measurement
@@ -42,6 +43,7 @@ from normfuse.context import Context
 from normfuse.folding import Opset, resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import FusedNode, Site, node_label
+from normfuse.same_shape import SAME_AS_INPUT
 from normfuse.static_values import MAX_DEPTH
 
 KIND = "group-norm"
@@ -85,6 +87,11 @@ _DYNAMO_RSQRT = Op(
 _GROUP_NORMALIZATION = Op(
     "GroupNormalization", Var("x"), Const("gn_scale"), Const("gn_bias"), name="group_normalization"
 )
+# The x types a GroupNormalization node is rewritten for, and the dtype of its scale and bias.
+_GROUP_NORMALIZATION_TYPES = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.FLOAT16: np.float16,
+}
 # A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
 PATTERNS = (
     Op("Cast", STATISTICS, name="downcast"),
@@ -167,19 +174,30 @@ def _unit_scale(match: Match, shape, io) -> np.ndarray:
 
 
 def _group_normalization_site(match: Match, context: Context) -> Site | None:
-    """A `GroupNormalization`-21 node as Reshape [0, G, L] -> LayerNormalization(axis=-1) ->
+    """A `GroupNormalization`-18/21 node as Reshape [0, G, L] -> LayerNormalization(axis=-1) ->
     Reshape [0, C, *S] -> Mul(gamma) -> Add(beta): the op's definition (population variance per
     group, epsilon inside the root) with two-pass statistics, where ONNX Runtime's CPU provider
     has no kernel and runs the one-pass function body (slower; NaN where a group's mean is large
-    against its spread). float32 only; C and S static. `GroupNormalization`-18 (scale and bias
-    per group, deprecated) is left to the runtime: None."""
+    against its spread). C and S static; float32, or float16 for -21 with its float32 stash
+    type (the LayerNormalization between Casts, the affine in float16 after the Cast back, where
+    the op applies it). -18's per-group scale and bias become per channel
+    (`_group_normalization_affine`)."""
     node = match.node("group_normalization")
     found = schema("GroupNormalization", context.reader.opset)
-    if found is None or found.since_version != 21:
+    if found is None or found.since_version not in (18, 21):
         return None
     x = match["x"]
-    if context.elem_type(x) != onnx.TensorProto.FLOAT:
-        raise checks.Reject("unsupported-dtype", "GroupNormalization is rewritten in float32 only")
+    elem_type = context.elem_type(x)
+    if elem_type not in _GROUP_NORMALIZATION_TYPES:
+        shown = "unknown" if elem_type is None else onnx.TensorProto.DataType.Name(elem_type)
+        raise checks.Reject(
+            "unsupported-dtype", f"GroupNormalization of {shown} x (float32 and float16 only)"
+        )
+    if elem_type == onnx.TensorProto.FLOAT16 and found.since_version == 18:
+        raise checks.Reject(
+            "unsupported-dtype",
+            "GroupNormalization-18 computes in float16 (no stash type): no kernel in that order",
+        )
     shape = checks.known_shape(x, context)
     if len(shape) < 3 or not all(isinstance(dim, int) for dim in shape[1:]):
         raise checks.Reject("unknown-shape", f"the channel and spatial dims of {list(shape)}")
@@ -194,16 +212,8 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     eps = float(attrs.get("epsilon", 1e-5))
     if not (np.isfinite(eps) and eps > 0):
         raise checks.Reject("epsilon-not-positive", f"epsilon is {eps}")
-    per_channel = (channels, *(1,) * (len(shape) - 2))
-    affine = []
-    for name in ("gn_scale", "gn_bias"):
-        value = context.reader.value(match[name])
-        if value is None or value.shape != (channels,) or value.dtype != np.float32:
-            shown = "unknown" if value is None else list(value.shape)
-            raise checks.Reject(
-                _AFFINE_REASONS[name], f"{name[3:]} of shape {shown} is not [{channels}] float32"
-            )
-        affine.append(value.reshape(per_channel))
+    dtype = _GROUP_NORMALIZATION_TYPES[elem_type]
+    affine = _group_normalization_affine(match, context, shape, groups, found.since_version, dtype)
     emission = context.emissions[KIND]
     if emission is None:
         raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
@@ -212,12 +222,17 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
         # The kernel needs at least one element per row ("Size of X.shape[axis:] must be at
         # least 1"); the node runs on empty groups.
         raise checks.Reject("empty-normalised-axes", "the groups hold no element")
+    # float16 (GroupNormalization-21's stash type float32): the op casts x to float32,
+    # normalises in float32, casts the result back and applies the affine in float16.
+    widened = elem_type == onnx.TensorProto.FLOAT16
     fused = FusedNode(
         emission.op,
         emission.domain,
         {"axis": -1, "epsilon": eps, "stash_type": onnx.TensorProto.FLOAT},
         (x, np.ones(inner, np.float32)),
-        after_cast=(affine[0], affine[1]),
+        output_cast=onnx.TensorProto.FLOAT16 if widened else None,
+        input_cast=onnx.TensorProto.FLOAT if widened else None,
+        after_cast=affine,
         grouping=((0, groups, inner), (0, *shape[1:])),
     )
     return Site(
@@ -234,6 +249,31 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
         emission.ort_only,
         frozenset({id(node)}),
     )
+
+
+def _group_normalization_affine(
+    match: Match, context: Context, shape: tuple, groups: int, version: int, dtype: type
+) -> tuple[np.ndarray, np.ndarray]:
+    """The node's scale and bias as per-channel constants [C, 1, ...]: GroupNormalization-21's
+    are [C]; -18's are per group, [G], and channel c takes group c // (C/G)'s value (repeating
+    each value C/G times: the same products and sums in the same order, exact)."""
+    channels = shape[1]
+    count = channels if version == 21 else groups
+    per_channel = (channels, *(1,) * (len(shape) - 2))
+    affine = []
+    for name in ("gn_scale", "gn_bias"):
+        value = context.reader.value(match[name])
+        if value is None or value.shape != (count,) or value.dtype != dtype:
+            shown = "unknown" if value is None else f"{list(value.shape)} {value.dtype}"
+            raise checks.Reject(
+                _AFFINE_REASONS[name],
+                f"{name[3:]} of {shown} is not [{count}] {np.dtype(dtype)} "
+                f"(GroupNormalization-{version})",
+            )
+        if version == 18:
+            value = np.repeat(value, channels // groups)
+        affine.append(value.reshape(per_channel))
+    return affine[0], affine[1]
 
 
 def _instance_norm_site(match: Match, context: Context) -> Site | None:
@@ -358,7 +398,7 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
         grouped_shape = context.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
         kept = [
-            entry == (x, axis)
+            _dim_of(entry, x, axis)
             or _static(entry, shape[axis])
             or (entry == 0 and copies and axis < len(grouped_shape) and grouped_shape[axis] == dim)
             for axis, (entry, dim) in enumerate(zip(target, shape, strict=True))
@@ -374,6 +414,28 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
 
 
 ShapeEntry = int | tuple[gs.Tensor, int]
+
+
+def _dim_of(entry: ShapeEntry, x: gs.Tensor, axis: int) -> bool:
+    """Whether `entry` is dim `axis` of `x` or of a tensor of provably the same shape: one that
+    `x` and it both derive from through ops keeping their input's shape (`Cast`, `Identity`,
+    elementwise unary ops), e.g. `Shape` of the float16 input of diffusers' `Cast(x, f32)`."""
+    if not isinstance(entry, tuple) or entry[1] != axis:
+        return False
+    return entry[0] is x or _shape_root(entry[0]) is _shape_root(x)
+
+
+def _shape_root(tensor: gs.Tensor) -> gs.Tensor:
+    """The first tensor up `tensor`'s producers not computed by a shape-keeping op (output 0 of
+    a one-input default-domain op in `SAME_AS_INPUT`)."""
+    for _ in range(MAX_DEPTH):
+        node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+        if node is None or node.domain not in DEFAULT_DOMAINS or node.op not in SAME_AS_INPUT:
+            break
+        if len(node.inputs) != 1 or node.outputs[0] is not tensor:
+            break
+        tensor = node.inputs[0]
+    return tensor
 
 
 def _shape_entries(

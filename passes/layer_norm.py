@@ -12,7 +12,10 @@ by (any Add/Mul operand order; scale and bias optional)::
 
 `centered` may be computed once or twice; the variance may be one-pass, E[x^2] - E[x]^2; mixed-
 precision exports wrap the statistics in `Cast(x -> float32) ... Cast(back)`. tf2onnx writes Keras'
-layer norm as `x * g + (bias - mean * g)` with `g = scale * rsqrt(variance + epsilon)`. Fused only
+layer norm as `x * g + (bias - mean * g)` with `g = scale * rsqrt(variance + epsilon)`. A scale
+over the normalised axes that also varies along others (Cohere's QK-norm weight [H, Dh] on
+[N, S, H, Dh]) stays a Mul after the fused node, which normalises with a unit scale; a Cast of x
+to its own type before the statistics (TorchScript's float16 adaLN) stays outside. Fused only
 when it is exactly layer normalisation: mean and variance reduce the same trailing axes (never the
 first, batch axis) of the same tensor with divisor d, epsilon is a positive scalar inside the
 square root, and scale and bias broadcast only along the normalised axes. Spellings that are close
@@ -225,15 +228,16 @@ def _check(match: Match, context: Context) -> Site:
     checks.check_divisor(match, context, int(np.prod(dims)))
     checks.check_square_exponent(match, context, shape)
     eps = checks.epsilon(match, context, checks.reduced_shape(shape, axes))
-    scale = checks.affine(match, "scale", context, dims, rank)
+    # A per-head scale (Cohere's QK-norm, [H, Dh]) stays a Mul after the fused node.
+    kept = checks.scale_kept_after(match, context, shape, dims)
+    scale = None if kept is not None else checks.affine(match, "scale", context, dims, rank)
     bias = checks.affine(match, "bias", context, dims, rank)
     scale = np.ones(dims, io.dtype) if scale is None else scale
     if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
         scale = -scale
-    bias = bias
     extra = checks.statistics_outputs(match, context, io, None, shape, axes)
     return checks.fused_site(
-        KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra
+        KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra, scale_after=kept
     )
 
 

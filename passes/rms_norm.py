@@ -6,7 +6,11 @@ What LLaMA, Mistral, Qwen2, Gemma and T5 exports write, with the variations expo
     x' ──> Div(., rms) | Mul(., Reciprocal(rms) | Div(1, rms) | Pow(ms + eps, -0.5)) ──> normed
     normed ──> [Cast(back)] ──> Mul(scale) ──> y        (or Mul(scale) before the Cast back)
 
-Gemma's scale `1 + w` is folded as a constant. Fused only when it is exactly RMS normalisation:
+Gemma's scale `1 + w` is folded as a constant. The gated RMS norm of Mamba2 and NemotronH,
+`w * RMS_group(x * silu(z))`, is this pattern over the grouped tensor's last axis: the node
+replaces the statistics with a unit scale, and the gate, both Reshapes and the per-channel
+weight stay as the model has them (exact whatever the grouping).
+Fused only when it is exactly RMS normalisation:
 the mean of squares over trailing axes (never the first, batch axis), epsilon a positive scalar
 inside the square root, scale varying only along the normalised axes. Close spellings that compute
 something else (mean of |x|, sum without division, epsilon after the square root) are matched so

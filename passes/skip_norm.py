@@ -34,7 +34,7 @@ import onnx_graphsurgeon as gs
 from normfuse import norm_checks as checks
 from normfuse.context import Context
 from normfuse.pattern import Const, Match, Op, Var
-from normfuse.records import FusedNode, Site, node_label
+from normfuse.records import FormQuestion, FusedNode, Site, node_label
 from normfuse.same_shape import format_shape, same_shape
 from normfuse.targets import Target
 
@@ -135,14 +135,9 @@ def _check(match: Match, context: Context) -> Site:
         if _given(match, name):
             _per_feature(match, name, context, hidden, rank=rank)
     family = "layer-norm" if norm.op == "LayerNormalization" else "rms-norm"
-    chooser = context.form_chooser
-    if chooser is not None:
-        tensors = (match["sum"], first, second)  # all of the proved shape
-        bias = _given(match, "bias")
-        choice = chooser.choose(family, shape, elem_type, bias, tensors, context.reader)
-        if not choice.use_skip:
-            raise checks.Reject(choice.reason(), choice.detail(SKIP_OPS[norm.op], norm.op))
-    return _site(match, norm, context, hidden)
+    tensors = (match["sum"], first, second)  # all of the proved shape
+    question = FormQuestion(family, shape, elem_type, _given(match, "bias"), tensors, norm.op)
+    return _site(match, norm, context, hidden, question)
 
 
 def _residual_shape(first: gs.Tensor, second: gs.Tensor, context: Context) -> tuple:
@@ -202,7 +197,9 @@ def _per_feature(
     return value if dtype is None else value.astype(dtype)
 
 
-def _site(match: Match, norm: gs.Node, context: Context, hidden: int) -> Site:
+def _site(
+    match: Match, norm: gs.Node, context: Context, hidden: int, question: FormQuestion
+) -> Site:
     dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
     gamma = _per_feature(match, "scale", context, hidden, dtype)
     beta = [_per_feature(match, "bias", context, hidden, dtype)] if _given(match, "bias") else []
@@ -225,4 +222,5 @@ def _site(match: Match, norm: gs.Node, context: Context, hidden: int) -> Site:
         0,
         ort_only=True,
         node_ids=frozenset(id(node) for node in match.nodes),
+        form_question=question,
     )

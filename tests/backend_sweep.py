@@ -430,6 +430,19 @@ class Tally:
         elif config == "default" and outcome.status == "ok" and is_expanded_norm(name):
             self.unfused_expanded[name] = outcome.near_misses
 
+    def as_dict(self) -> dict:
+        """Plain data (for a pytest-xdist worker to hand to the controller)."""
+        counts = {config: dict(counter) for config, counter in self.counts.items()}
+        return {"counts": counts, "fused": self.fused, "unfused": self.unfused_expanded}
+
+    def merge(self, data: dict) -> None:
+        """Add what another process's tally saw (`as_dict`)."""
+        for config, counter in data["counts"].items():
+            self.counts[config].update(counter)
+        for config, fused in data["fused"].items():
+            self.fused[config].update(fused)
+        self.unfused_expanded.update(data["unfused"])
+
     def lines(self) -> list[str]:
         """The summary: counts and fused sites per configuration, then the fused cases and the
         unfused expanded norm cases of the default configuration."""

@@ -74,12 +74,16 @@ def op_counts(model: onnx.ModelProto) -> Counter:
 
 
 def adversarial_inputs(
-    model: onnx.ModelProto, dims: dict | None = None, seed: int = 0
+    model: onnx.ModelProto,
+    dims: dict | None = None,
+    seed: int = 0,
+    base: dict[str, np.ndarray] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """Named input sets that stress a norm's statistics: random, large (x 1e4), tiny (x 1e-4),
     constant rows (every value along the last axis equal), all negative, and outliers (one
-    value per row 1e3 times the rest)."""
-    base = random_inputs(model, dims, seed)
+    value per row 1e3 times the rest), each a transform of the float inputs of `base`
+    (default: `random_inputs`)."""
+    base = random_inputs(model, dims, seed) if base is None else base
     rng = np.random.default_rng(seed + 1)
     cases: dict[str, dict[str, np.ndarray]] = {}
     transforms = {
@@ -118,12 +122,14 @@ def assert_same_numerics(
     dims: dict | None = None,
     seed: int = 0,
     rtol: float = FLOAT32_ATOL,
+    base: dict[str, np.ndarray] | None = None,
 ) -> None:
-    """`fused` computes what `original` does on every adversarial input set (ORT_DISABLE_ALL):
-    the same NaNs and infinities, and elsewhere the largest difference at most `rtol` times the
-    largest finite output magnitude (at least 1). One session per model serves every set."""
+    """`fused` computes what `original` does on every adversarial input set (ORT_DISABLE_ALL;
+    transforms of `base` when given): the same NaNs and infinities, and elsewhere the largest
+    difference at most `rtol` times the largest finite output magnitude (at least 1). One session
+    per model serves every set."""
     sessions = session(original), session(fused)
-    for name, feeds in adversarial_inputs(original, dims, seed).items():
+    for name, feeds in adversarial_inputs(original, dims, seed, base).items():
         outputs = [model_session.run(None, feeds) for model_session in sessions]
         for expected, actual in zip(*outputs, strict=True):
             expected, actual = expected.astype(np.float64), actual.astype(np.float64)

@@ -70,7 +70,7 @@ def test_the_readme_test_command_is_the_one_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     command = (
         "python -m venv .venv && . .venv/bin/activate"
-        ' && pip install -e ".[test]" -c .ci/constraints.txt && python -m pytest'
+        ' && pip install -e ".[test]" -c .ci/constraints.txt && python -m pytest -n auto'
     )
     assert f"```sh\n{command}\n```" in readme
     assert f"\n{command}\n" in (ROOT / ".ci" / "run").read_text()

@@ -8,6 +8,7 @@ ONNX's reference evaluator where ONNX Runtime has no float64 kernel (ViT's Conv)
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,11 @@ def test_fused_float16_is_as_close_to_float64_as_the_original(entry: dict, targe
     original = onnx.load(path)
     result = normfuse.optimize(path, target=target)
     if not result.report.sites:
+        kept = Counter(node.op_type for node in original.graph.node)
+        if entry["layer_norm_sites"] + entry["rms_norm_sites"] == kept["LayerNormalization"]:
+            # Nothing to fuse: every norm exported as LayerNormalization (or none, as DyT).
+            assert result.report.near_misses == []
+            return
         assert target == "onnx"
         assert {miss.reason for miss in result.report.near_misses} == {"opset-too-low"}
         return

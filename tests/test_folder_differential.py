@@ -35,12 +35,17 @@ DECLINES = {
     "overflow": "integer overflow: ONNX Runtime wraps, the result is not the exact value",
     "zero-division": "integer division by zero is undefined",
     "legacy-broadcast": "before opset 7 only equal shapes (broadcast/axis attributes not read)",
-    "float-to-int": "float to integer truncation and range are left to the runtime",
+    "float-to-int": "a float truncated outside the integer type's range: ONNX leaves it undefined",
     "inexact-int-to-float": "an integer the float type does not hold exactly",
     "double-rounding": "ONNX Runtime narrows float64 through float32; the reference directly",
     "invalid": "the node is invalid at its opset (an attribute/input/value it does not define)",
     "empty-squeeze-axes": "an empty axes input: the reference squeezes nothing, ORT everything",
-    "float-product": "a float product depends on the runtime's order of multiplication",
+    "inexact-reduction": "a float sum, product or mean whose rounding depends on the runtime's "
+    "order (or an integer mean that does not divide)",
+    "signed-zero": "a zero whose sign ONNX or the runtimes leave open (an all -0 sum, fmod(-0, y))",
+    "nan-reduction": "a max or min over NaN: the reference propagates it, ONNX Runtime skips it",
+    "empty-reduction": "a reduction over an empty set is undefined",
+    "non-finite": "an infinite operand of Mod (NaN by the C rule; not folded)",
     "float-range": "a float Range accumulates rounding as the runtime does",
     "unsupported-version": "a version ONNX Runtime has no kernel for (Concat before opset 4)",
 }
@@ -190,16 +195,20 @@ def _cast_cases() -> list[Case]:
         (TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE),
     ):
         cases.append(Case("Cast", opset, (a(floats, source),), {"to": target}))
-    ints = [0, 1, -1, 127, -128, 65504, 2**24 + 1]
+    ints = [0, 1, -1, 127, -128, 200, 272, 65504, 2**24 + 1]
     for source, target in itertools.product(
-        (np.int32, np.int64),
+        (np.int32, np.int64, np.uint8),
         (TensorProto.INT8, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8),
     ):
-        fits = target in (TensorProto.INT32, TensorProto.INT64)
-        cases.append(
-            Case("Cast", 13, (a(ints, source),), {"to": target}, None if fits else "overflow")
-        )
+        # out of range, integers keep their low bits (two's complement): 272 -> 16 in uint8
+        values = [v % 256 for v in ints] if source is np.uint8 else ints
+        cases.append(Case("Cast", 13, (a(values, source),), {"to": target}))
         cases.append(Case("Cast", 13, (a([0, 5, 100], source),), {"to": target}))
+    wide = a([2**40 + 5, -(2**63), 2**31, -1], I64)
+    for target in (TensorProto.UINT32, TensorProto.INT16, TensorProto.UINT64, TensorProto.INT32):
+        cases.append(Case("Cast", 21, (wide,), {"to": target}))
+    cases.append(Case("Cast", 13, (a(272, I64),), {"to": TensorProto.UINT8}))  # 0-d
+    cases += _float_to_int_cases()
     for target, exact in ((TensorProto.FLOAT, [0, -3, 2**24]), (TensorProto.FLOAT16, [7, 2048])):
         cases.append(Case("Cast", 13, (a(exact, I64),), {"to": target}))
         cases.append(
@@ -207,15 +216,6 @@ def _cast_cases() -> list[Case]:
                 "Cast", 13, (a([2**24 + 1], I64),), {"to": target}, declined="inexact-int-to-float"
             )
         )
-    cases.append(
-        Case(
-            "Cast",
-            13,
-            (a([1.5, -1.5], np.float32),),
-            {"to": TensorProto.INT64},
-            declined="float-to-int",
-        )
-    )
     cases.append(
         Case(
             "Cast",
@@ -264,6 +264,36 @@ def _cast_cases() -> list[Case]:
             declined="invalid",
         ),
     ]
+    return cases
+
+
+def _float_to_int_cases() -> list[Case]:
+    """Toward zero (-16.7 -> -16, 16.9 -> 16, -0.9 -> 0), each value in the target's range;
+    NaN, infinities and truncations outside the range are undefined: declined."""
+    signed = [-16.7, 16.9, -0.5, -0.9, 0.0, -0.0, 1.5, -1.5, 127.9, -128.9]
+    unsigned = [0.0, -0.0, -0.9, 16.9, 255.9, 1.5]
+    targets = [
+        (TensorProto.INT8, signed),
+        (TensorProto.INT32, signed),
+        (TensorProto.INT64, signed),
+        (TensorProto.UINT8, unsigned),
+        (TensorProto.UINT16, unsigned),
+    ]
+    cases = []
+    for opset, source, (target, values) in itertools.product(
+        (6, 13, 19, 21), (np.float16, np.float32, np.float64), targets
+    ):
+        cases.append(Case("Cast", opset, (a(values, source),), {"to": target}))
+    cases.append(Case("Cast", 18, (a(-16.7, np.float32),), {"to": TensorProto.INT64}))  # 0-d
+    for values, source, target in [
+        ([1.0, np.nan], np.float32, TensorProto.INT64),
+        ([np.inf], np.float32, TensorProto.INT32),
+        ([256.0], np.float32, TensorProto.UINT8),
+        ([-1.0], np.float16, TensorProto.UINT8),
+        ([128.0], np.float64, TensorProto.INT8),
+        ([2.0**63], np.float64, TensorProto.INT64),
+    ]:
+        cases.append(Case("Cast", 13, (a(values, source),), {"to": target}, "float-to-int"))
     return cases
 
 
@@ -398,9 +428,143 @@ def _reduce_prod_cases() -> list[Case]:
         Case("ReduceProd", 13, (data, a([0], I64)), declined="invalid"),
         Case("ReduceProd", 18, (data,), {"axes": [0]}, declined="invalid"),
         Case("ReduceProd", 18, (a([2**40, 2**40], I64),), declined="overflow"),
-        Case("ReduceProd", 18, (a([[1.5, 2.0]], np.float32),), declined="float-product"),
+        Case("ReduceProd", 18, (a([[1.1, 1.3, 1.7]], np.float32),), declined="inexact-reduction"),
         Case("ReduceProd", 18, (data, a([0, 0], I64)), declined="invalid"),
     ]
+    return cases
+
+
+# Every Reduce* the folder folds: where its version takes axes as an input (and defines
+# noop_with_empty_axes).
+REDUCTIONS = {
+    "ReduceSum": 13,
+    "ReduceMean": 18,
+    "ReduceMax": 18,
+    "ReduceMin": 18,
+    "ReduceSumSquare": 18,
+    "ReduceProd": 18,
+}
+# [2, 4] values whose sums, squares, products and means (over 2, 4 or 8) are exact in any order
+REDUCED = {
+    np.float32: [[1.5, -2.25, 2.0, 3.0], [0.5, 4.0, -1.0, 0.75]],
+    np.float16: [[1.5, -2.25, 2.0, 3.0], [0.5, 4.0, -1.0, 0.75]],
+    np.float64: [[1.5, -2.25, 2.0, 3.0], [0.5, 4.0, -1.0, 0.75]],
+    np.int32: [[2, 6, -4, 8], [6, -2, 4, 4]],
+    np.int64: [[2, 6, -4, 8], [6, -2, 4, 4]],
+}
+
+
+def _reduction_cases() -> list[Case]:
+    """Each Reduce* over every axes form of each version (absent, an attribute or an input,
+    empty, negative, repeated), keepdims 0/1 and noop_with_empty_axes 0/1, on exact values of
+    each type; then the values whose result the runtimes may compute otherwise."""
+    cases = []
+    for op, since in REDUCTIONS.items():
+        for opset, dtype, axes, keepdims in itertools.product(
+            (1, 11, 13, 18), REDUCED, (None, [], [0], [-1], [0, 1], [1, 1]), (0, 1)
+        ):
+            if op == "ReduceSumSquare" and dtype is np.int32:
+                continue  # the reference evaluator returns int64 for int32 (ORT: int32)
+            data = a(REDUCED[dtype], dtype)
+            attrs = {"keepdims": keepdims}
+            repeated = axes is not None and len(set(axes)) != len(axes)
+            early_negative = axes is not None and axes and min(axes) < 0 and opset < 11
+            declined = "invalid" if repeated or early_negative else None
+            if opset < since:
+                attrs = attrs if axes is None else {**attrs, "axes": axes}
+                cases.append(Case(op, opset, (data,), attrs, declined))
+                continue
+            inputs = (data,) if axes is None else (data, a(axes, I64))
+            for noop in (None, 0, 1):
+                noop_attrs = attrs if noop is None else {**attrs, "noop_with_empty_axes": noop}
+                cases.append(Case(op, opset, inputs, noop_attrs, declined))
+    small = {np.uint8: [[2, 6, 4, 8], [6, 2, 4, 255]], np.int8: [[2, -6, 4, 8], [-128, 2, 4, 127]]}
+    for op, opset, dtype, axes in itertools.product(
+        ("ReduceMax", "ReduceMin"), (12, 13, 18, 20), small, (None, [0], [-1])
+    ):  # uint8 and int8 from opset 12
+        data = a(small[dtype], dtype)
+        if axes is None:
+            cases.append(Case(op, opset, (data,), {"keepdims": 0}))
+        elif opset >= 18:
+            cases.append(Case(op, opset, (data, a(axes, I64))))
+        else:
+            cases.append(Case(op, opset, (data,), {"axes": axes}))
+    data = a(REDUCED[np.float32], np.float32)
+    cases += [
+        Case("ReduceMax", 20, (a([[1, 5, 3]], np.uint8), a([-1], I64))),
+        Case("ReduceMin", 12, (a([[1, 5, 3]], np.int8),), {"axes": [1], "keepdims": 0}),
+        Case("ReduceMean", 18, (a([[1, 1, 2]], np.int64),), declined="inexact-reduction"),
+        Case("ReduceMean", 18, (a([[1.0, 1.0, 2.0]], np.float32),), declined="inexact-reduction"),
+        Case("ReduceSum", 13, (a([1e8, 1.0, -1e8], np.float32),), declined="inexact-reduction"),
+        Case("ReduceSum", 13, (a([[0.1, 0.2, 0.3]], np.float32),), declined="inexact-reduction"),
+        Case("ReduceSumSquare", 18, (a([0.1, 1.0], np.float32),), declined="inexact-reduction"),
+        Case("ReduceSum", 13, (a([-0.0, -0.0], np.float32),), declined="signed-zero"),
+        Case("ReduceMax", 18, (a([-0.0, 0.0], np.float32),), declined="signed-zero"),
+        Case("ReduceMax", 18, (a([1.0, np.nan], np.float32),), declined="nan-reduction"),
+        Case("ReduceMin", 18, (a([np.nan, 1.0], np.float16),), declined="nan-reduction"),
+        Case("ReduceSum", 13, (a([2**62, 2**62], I64),), declined="overflow"),
+        Case("ReduceSumSquare", 18, (a([2**16], np.int32),), declined="overflow"),
+        Case(
+            "ReduceSum", 13, (np.zeros((0, 3), np.float32), a([0], I64)), declined="empty-reduction"
+        ),
+        Case("ReduceSum", 11, (data, a([0], I64)), declined="invalid"),
+        Case("ReduceMax", 18, (data,), {"axes": [0]}, declined="invalid"),
+        Case("ReduceSum", 11, (data,), {"noop_with_empty_axes": 1}, declined="invalid"),
+    ]
+    return cases
+
+
+def _elementwise_cases() -> list[Case]:
+    """Neg, Abs, Mod (fmod 0 and 1, negative operands, broadcast) and Equal on each type."""
+    cases = []
+    specials = [0.0, -0.0, 1.5, -2.25, np.inf, -np.inf, np.nan, 65504.0]
+    for op, opset, dtype in itertools.product(
+        ("Neg", "Abs"), (6, 13), (np.float16, np.float32, np.float64, np.int8, np.int32, I64)
+    ):
+        values = specials if dtype in (np.float16, np.float32, np.float64) else [-7, 0, 7, 127]
+        cases.append(Case(op, opset, (a(values, dtype),)))
+    for op, dtype in itertools.product(("Neg", "Abs"), (np.float32, I64)):
+        cases.append(Case(op, 13, (a(-16, dtype),)))  # 0-d: a divisor, a dim
+    cases += [
+        Case("Abs", 13, (a([0, 7, 255], np.uint8),)),
+        Case("Neg", 13, (a([1, 3], np.uint8),), declined="invalid"),
+        Case("Neg", 13, (a([-(2**63), 3], I64),), declined="overflow"),
+        Case("Abs", 13, (a([-128, 3], np.int8),), declined="overflow"),
+    ]
+    left, right = [-33, 33, -1, 7, -7, 0, -34], [17, -17, 17, -3, 3, 5, 17]
+    for opset, dtype, fmod in itertools.product(
+        (10, 13), (np.int8, np.int32, I64, np.float16, np.float32, np.float64), (0, 1)
+    ):
+        floating = dtype in (np.float16, np.float32, np.float64)
+        declined = "invalid" if floating and not fmod else None
+        pairs = [(a(left, dtype), a(right, dtype)), (a([[-7], [7]], dtype), a([3, -3], dtype))]
+        for inputs in pairs:
+            cases.append(Case("Mod", opset, inputs, {"fmod": fmod}, declined))
+    cases += [
+        Case("Mod", 13, (a(-33, I64), a(17, I64))),
+        Case("Mod", 13, (a(-33.0, np.float32), a(17.0, np.float32)), {"fmod": 1}),
+        Case("Mod", 13, (a([250, 7], np.uint8), a([17, 3], np.uint8))),
+        Case("Mod", 13, (a([-33.5, 2.75], np.float32), a([2.0, -0.5], np.float32)), {"fmod": 1}),
+        Case("Mod", 13, (a([7, 1], I64), a([0, 1], I64)), declined="zero-division"),
+        Case("Mod", 13, (a([7.0], np.float32), a([0.0], np.float32)), {"fmod": 1}, "zero-division"),
+        Case("Mod", 13, (a([np.inf], np.float32), a([2.0], np.float32)), {"fmod": 1}, "non-finite"),
+        Case("Mod", 13, (a([-0.0], np.float32), a([2.0], np.float32)), {"fmod": 1}, "signed-zero"),
+        Case("Mod", 13, (a([7], I64), a([2], np.int32)), declined="invalid"),
+    ]
+    floats = [1.0, np.nan, -0.0, 0.0, 2.0]
+    for opset, dtype in itertools.product(
+        (7, 11, 13, 19), (np.bool_, np.int32, I64, np.uint8, np.float16, np.float32)
+    ):
+        early = opset < 11 and dtype not in (np.bool_, np.int32, I64)
+        if dtype is np.bool_:
+            pair = (a([True, False, True], dtype), a([[True], [False]], dtype))
+        elif dtype in (np.float16, np.float32):
+            pair = (a(floats, dtype), a([1.0, np.nan, 0.0, -0.0, 3.0], dtype))
+        else:
+            pair = (a([[16], [5]], dtype), a([16, 5, 2], dtype))
+        cases.append(Case("Equal", opset, pair, declined="invalid" if early else None))
+    cases.append(Case("Equal", 13, (a(16, I64), a(16, I64))))
+    cases.append(Case("Equal", 13, (a([16], I64), a([16.0], np.float32)), declined="invalid"))
     return cases
 
 
@@ -512,6 +676,8 @@ CASES = (
     + _cast_cases()
     + _shape_cases()
     + _reduce_prod_cases()
+    + _reduction_cases()
+    + _elementwise_cases()
     + _slice_cases()
     + _where_expand_cases()
     + _constant_of_shape_transpose_cases()

@@ -19,6 +19,7 @@ from helpers import (
     run,
     script_bench_clock,
 )
+from onnx import helper
 
 import normfuse
 from models.builders import (
@@ -500,7 +501,7 @@ def test_fuses_group_norm_after_a_pad_with_constant_only_pads(mode: str, groupin
 
 
 def test_group_norm_after_pads_the_folding_table_cannot_compute_is_left() -> None:
-    """The same chain through an op the folding table lacks (`Abs`): nothing is guessed; the
+    """The same chain through an op the folding table lacks (`Max`): nothing is guessed; the
     group norm is left with its reason."""
     assert_unchanged(padded_group_norm_model(unfoldable=True), "unknown-shape")
 
@@ -514,14 +515,16 @@ GROUP_NORMALIZATION_SHAPES = {
 }
 
 
+@pytest.mark.parametrize("opset", [21, 18])
 @pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_SHAPES))
-def test_rewrites_group_normalization_21_to_the_layer_norm_form(name: str) -> None:
-    """A GroupNormalization-21 node (no ORT CPU kernel: ORT runs its one-pass body) becomes
-    Reshape -> LayerNormalization -> Reshape -> Mul -> Add: the original's values on random
-    inputs; on adversarial ones within tolerance or nearer float64, and finite where the
-    original's one-pass variance gave NaN (a repair, which the large-mean input must show)."""
+def test_rewrites_group_normalization_to_the_layer_norm_form(name: str, opset: int) -> None:
+    """A GroupNormalization-21 node, or -18 (scale and bias per group; no ORT CPU kernel for
+    either: ORT runs the one-pass body) becomes Reshape -> LayerNormalization -> Reshape -> Mul
+    -> Add: the original's values on random inputs; on adversarial ones within tolerance or
+    nearer float64, and finite where the original's one-pass variance gave NaN (a repair, which
+    the large-mean input must show)."""
     shape, groups = GROUP_NORMALIZATION_SHAPES[name]
-    original = group_normalization_model(shape, groups)
+    original = group_normalization_model(shape, groups, opset=opset)
     result = normfuse.optimize(original, validation=ValidationOptions())
     assert [site.kind for site in result.report.sites] == ["group-norm"]
     assert result.report.near_misses == []
@@ -544,14 +547,18 @@ def test_rewrites_group_normalization_21_to_the_layer_norm_form(name: str) -> No
 
 
 def _group_norm_reference(model: onnx.ModelProto, x: np.ndarray, groups: int) -> np.ndarray:
-    """GroupNormalization-21 by its definition in float64 NumPy (two-pass statistics)."""
+    """GroupNormalization-18/21 by its definition in float64 NumPy (two-pass statistics; -18's
+    scale and bias [G] apply to each group's channels, -21's [C] per channel)."""
     values = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     grouped = x.astype(np.float64).reshape(x.shape[0], groups, -1)
     centered = grouped - grouped.mean(-1, keepdims=True)
-    normed = (centered / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    normed = centered / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)
+    if values["scale"].size == groups and groups != x.shape[1]:
+        scale, bias = (values[n].astype(np.float64)[:, None] for n in ("scale", "bias"))
+        return (normed * scale + bias).reshape(x.shape)
     per_channel = (x.shape[1], *(1,) * (x.ndim - 2))
     scale, bias = (values[n].astype(np.float64).reshape(per_channel) for n in ("scale", "bias"))
-    return normed * scale + bias
+    return normed.reshape(x.shape) * scale + bias
 
 
 def _as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -565,6 +572,25 @@ def _as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _as_type(model: onnx.ModelProto, elem_type: int) -> onnx.ModelProto:
+    """`model` with x, y, scale and bias of `elem_type` (values cast through float32)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for info in [*copy.graph.input, *copy.graph.output]:
+        info.type.tensor_type.elem_type = elem_type
+    for tensor in copy.graph.initializer:
+        values = onnx.numpy_helper.to_array(tensor).astype(np.float32).reshape(-1).tolist()
+        tensor.CopyFrom(helper.make_tensor(tensor.name, elem_type, tensor.dims, values))
+    return copy
+
+
+def _with_stash_type(model: onnx.ModelProto, stash_type: int) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.graph.node[0].attribute.append(helper.make_attribute("stash_type", stash_type))
+    return copy
+
+
 def _with_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -572,8 +598,67 @@ def _with_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     return copy
 
 
+@pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_SHAPES))
+def test_rewrites_float16_group_normalization_21_between_casts(name: str) -> None:
+    """float16 GroupNormalization-21 (stash type float32: x cast to float32, normalised, the
+    result cast back, the affine in float16) becomes Cast -> Reshape -> LayerNormalization ->
+    Reshape -> Cast -> Mul -> Add in that order, and is no further from a float64 evaluation of
+    the op's definition than the node (issue 23's float16 rule), on random and adversarial
+    inputs; where the node's one-pass variance is NaN/inf the rewrite is finite (a repair)."""
+    shape, groups = GROUP_NORMALIZATION_SHAPES[name]
+    original = _as_float16(group_normalization_model(shape, groups))
+    result = normfuse.optimize(original, validation=ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    assert result.report.validation.passed and result.report.validation.rolled_back == []
+    onnx.checker.check_model(result.model, full_check=True)
+    order = [node.op_type for node in result.model.graph.node]
+    assert order == ["Cast", "Reshape", "LayerNormalization", "Reshape", "Cast", "Mul", "Add"]
+    feeds = random_inputs(original, {"batch": 3}, seed=9)
+    shape = feeds["x"].shape
+    cases = [feeds["x"], _two_values(shape), *adversarial_inputs(shape)]
+    for x in cases:
+        _assert_no_further_from_float64(original, result.model, x.astype(np.float16), groups)
+
+
+def _two_values(shape: tuple[int, ...]) -> np.ndarray:
+    """1000 + 0.5·{0, 1}: a large mean against a spread float16 holds exactly."""
+    return 1000 + 0.5 * np.random.default_rng(3).integers(0, 2, shape)
+
+
+def _assert_no_further_from_float64(
+    original: onnx.ModelProto, fused: onnx.ModelProto, x: np.ndarray, groups: int
+) -> bool:
+    """The fused model's float16 output is finite and no further from the op's definition in
+    float64 than the original's; returns whether the original's was not finite (a repair)."""
+    reference = _group_norm_reference(original, x, groups)
+    before, after = run(original, {"x": x})[0], run(fused, {"x": x})[0]
+    assert after.dtype == np.float16 and np.all(np.isfinite(after))
+    error_before = np.nan_to_num(np.abs(before - reference), nan=np.inf, posinf=np.inf)
+    assert np.max(np.abs(after - reference)) <= np.max(error_before)
+    return not np.all(np.isfinite(before))
+
+
+@pytest.mark.parametrize("name", ["rank_5", "group_per_channel"])
+def test_float16_group_normalization_21_rewrite_repairs_the_one_pass_nan(name: str) -> None:
+    """At 1000 + 0.5·{0, 1} the node's one-pass float32 variance goes negative (NaN) at these
+    shapes; the rewrite's two-pass statistics are finite and near float64."""
+    shape, groups = GROUP_NORMALIZATION_SHAPES[name]
+    original = _as_float16(group_normalization_model(shape, groups))
+    fused = normfuse.optimize(original).model
+    x = _two_values(tuple(3 if isinstance(d, str) else d for d in shape)).astype(np.float16)
+    assert _assert_no_further_from_float64(original, fused, x, groups)
+
+
 GROUP_NORMALIZATION_NEGATIVES = {
-    "float16": (lambda: _as_float16(group_normalization_model()), "unsupported-dtype"),
+    "bfloat16": (
+        lambda: _as_type(group_normalization_model(), onnx.TensorProto.BFLOAT16),
+        "unsupported-dtype",
+    ),
+    "float16_stash_float16": (
+        lambda: _with_stash_type(_as_float16(group_normalization_model()), 10),
+        "cast-types",
+    ),
     "symbolic_spatial": (
         lambda: group_normalization_model(("batch", 8, "h", 5)),
         "unknown-shape",
@@ -592,15 +677,160 @@ def test_group_normalization_21_hazards_are_left_with_their_reason(name: str) ->
     assert_unchanged(build(), reason)
 
 
-def test_group_normalization_18_is_left_to_the_runtime() -> None:
-    """GroupNormalization-18 (scale and bias per group, deprecated): not rewritten."""
-    original = _with_opset(group_normalization_model((1, 8, 5, 5), 4), 18)
-    original.graph.initializer[0].CopyFrom(
-        onnx.numpy_helper.from_array(np.ones(4, np.float32), "scale")
+def _with_parameter(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    index = [t.name for t in copy.graph.initializer].index(name)
+    copy.graph.initializer[index].CopyFrom(onnx.numpy_helper.from_array(value, name))
+    return copy
+
+
+GROUP_NORMALIZATION_18_NEGATIVES = {
+    # -18 with a per-channel [C] scale or bias (-21's layout): not the op's [G] contract.
+    "per_channel_scale": ("scale", np.ones(8, np.float32), "gamma-shape"),
+    "per_channel_bias": ("bias", np.zeros(8, np.float32), "beta-shape"),
+    "float64_scale": ("scale", np.ones(4, np.float64), "gamma-shape"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_NORMALIZATION_18_NEGATIVES))
+def test_group_normalization_18_look_alikes_are_left_with_their_reason(name: str) -> None:
+    parameter, value, reason = GROUP_NORMALIZATION_18_NEGATIVES[name]
+    original = group_normalization_model((1, 8, 5, 5), 4, opset=18)
+    assert_unchanged(_with_parameter(original, parameter, value), reason)
+
+
+def test_group_normalization_18_in_float16_is_left_with_its_reason() -> None:
+    original = _as_float16(group_normalization_model((1, 8, 5, 5), 4, opset=18))
+    assert_unchanged(original, "unsupported-dtype")
+
+
+def test_group_normalization_18_scale_repeats_per_group() -> None:
+    """Each group's scale and bias value lands on exactly its C/G channels (a distinct value per
+    group: a wrong repeat or a tiled layout changes the output, which the node's run shows)."""
+    original = group_normalization_model((1, 6, 3, 3), 3, opset=18)
+    original = _with_parameter(original, "scale", np.array([1.0, -2.0, 3.0], np.float32))
+    original = _with_parameter(original, "bias", np.array([10.0, 0.0, -10.0], np.float32))
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    x = random_inputs(original, {}, seed=4)["x"]
+    before, after = run(original, {"x": x})[0], run(result.model, {"x": x})[0]
+    np.testing.assert_allclose(after, before, atol=1e-5)
+    np.testing.assert_allclose(after, _group_norm_reference(original, x, 3), atol=1e-5)
+
+
+def _cast_first_group_norm(back: str, shape: tuple = ("batch", 8, 5, 5)) -> onnx.ModelProto:
+    """float16 x -> Cast(float32) -> Reshape [0, 4, -1] -> statistics -> Reshape back to
+    `Shape(s)` -> Cast(float16), where s is named by `back`: "cast" (the Cast's output),
+    "x" (diffusers: the float16 input), "identity_x" (an Identity of it), "relu_x" (a Relu of
+    x: Relu keeps shapes), "transpose_x" (its last two dims swapped) or "z" (another input)."""
+    half, full = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    h = onnx.helper
+    nodes = [
+        h.make_node("Cast", ["x"], ["xf"], to=full),
+        h.make_node("Reshape", ["xf", "groups"], ["grouped"]),
+        h.make_node("ReduceMean", ["grouped", "axes"], ["mean"]),
+        h.make_node("Sub", ["grouped", "mean"], ["centered"]),
+        h.make_node("Mul", ["centered", "centered"], ["squared"]),
+        h.make_node("ReduceMean", ["squared", "axes"], ["variance"]),
+        h.make_node("Add", ["variance", "eps"], ["shifted"]),
+        h.make_node("Sqrt", ["shifted"], ["std"]),
+        h.make_node("Div", ["centered", "std"], ["normed"]),
+    ]
+    source = {"cast": "xf", "x": "x", "z": "z"}.get(back, "s")
+    if back in ("identity_x", "relu_x"):
+        nodes.append(h.make_node("Identity" if back == "identity_x" else "Relu", ["x"], ["s"]))
+    if back == "transpose_x":
+        nodes.append(h.make_node("Transpose", ["x"], ["s"], perm=[0, 1, 3, 2]))
+    nodes += [
+        h.make_node("Shape", [source], ["back_shape"]),
+        h.make_node("Reshape", ["normed", "back_shape"], ["back"]),
+        h.make_node("Cast", ["back"], ["y"], to=half),
+    ]
+    inputs = [h.make_tensor_value_info("x", half, list(shape))]
+    out_shape = list(shape)
+    if back == "z":
+        out_shape = [shape[0], 8, 25, 1]
+        inputs.append(h.make_tensor_value_info("z", half, out_shape))
+    if back == "transpose_x":
+        out_shape = [shape[0], 8, shape[3], shape[2]]
+    initializers = [
+        onnx.numpy_helper.from_array(np.array([0, 4, -1], np.int64), "groups"),
+        onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+        onnx.numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+    ]
+    graph = h.make_graph(
+        nodes, "cast_first", inputs, [h.make_tensor_value_info("y", half, out_shape)], initializers
     )
-    original.graph.initializer[1].CopyFrom(
-        onnx.numpy_helper.from_array(np.zeros(4, np.float32), "bias")
-    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 18)], ir_version=10)
+
+
+@pytest.mark.parametrize("back", ["cast", "x", "identity_x", "relu_x"])
+def test_reshape_back_to_the_shape_of_a_same_shaped_source_fuses(back: str) -> None:
+    """The Reshape back restores x's shape when it reads `Shape` of x's source through ops that
+    keep shapes (diffusers' Cast-first float16 spelling; issue 21, ADV3-10): fused, same
+    numerics on the adversarial inputs."""
+    original = _cast_first_group_norm(back, (2, 8, 5, 5))
+    onnx.checker.check_model(original, full_check=True)
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert op_counts(result.model)["LayerNormalization"] == 1
+    assert_same_numerics(original, result.model)
+
+
+@pytest.mark.parametrize("back", ["transpose_x", "z"])
+def test_reshape_back_to_the_shape_of_another_tensor_is_refused(back: str) -> None:
+    """`Shape` of a Transpose of x, or of another input of x's rank and size: not x's shape, so
+    the statistics stay decomposed with `reshape-not-restored`."""
+    original = _cast_first_group_norm(back, (2, 8, 5, 4) if back == "transpose_x" else (1, 8, 5, 5))
+    onnx.checker.check_model(original, full_check=True)
     result = normfuse.optimize(original)
     assert result.report.sites == []
-    assert result.model.SerializeToString() == original.SerializeToString()
+    assert "reshape-not-restored" in [miss.reason for miss in result.report.near_misses]
+    assert_same_numerics(original, result.model)
+
+
+def _chained_group_normalizations(between: str) -> onnx.ModelProto:
+    """x -> GroupNormalization-21 -> Relu [-> Resize(nearest, x2)] -> GroupNormalization-21,
+    no value_info: onnx's shape inference types no GroupNormalization output, so the second
+    node's x is typed only through normfuse's derivation (and through Resize's rule)."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("GroupNormalization", ["x", "s0", "b0"], ["g0"], num_groups=4),
+        helper.make_node("Relu", ["g0"], ["r0"]),
+    ]
+    if between == "resize":
+        nodes.append(helper.make_node("Resize", ["r0", "", "scales"], ["r1"], mode="nearest"))
+    second = [nodes[-1].output[0], "s1", "b1"]
+    nodes.append(helper.make_node("GroupNormalization", second, ["y"], num_groups=2))
+    parameters = [
+        onnx.numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), name)
+        for name in ("s0", "s1")
+    ] + [
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, 8).astype(np.float32), name)
+        for name in ("b0", "b1")
+    ]
+    parameters.append(onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+    graph = helper.make_graph(
+        nodes,
+        "chained",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 8, 4, 5])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        parameters,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("between", ["relu", "resize"])
+def test_group_normalization_after_another_is_typed_and_rewritten(between: str) -> None:
+    """dynamo's UNet exports chain GroupNormalization-21 nodes through Conv and Resize; before
+    GroupNormalization was typed as its input, only the first of 21 was rewritten (the rest
+    `unsupported-dtype`, x of unknown type)."""
+    original = _chained_group_normalizations(between)
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["group-norm"] * 2
+    assert result.report.near_misses == []
+    assert "GroupNormalization" not in op_counts(result.model)
+    assert_same_numerics(original, result.model, {"batch": 2}, seed=3)

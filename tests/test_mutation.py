@@ -28,7 +28,7 @@ def test_the_planted_fault_still_matches_exactly_once(mutant) -> None:
 def test_an_epsilon_fault_in_the_skip_form_is_killed() -> None:
     """Epsilon x10 in every Skip* node: the skip-norm numerics on adversarial inputs catch it
     (on N(0, 1) inputs alone they did not)."""
-    selection = "tests/test_skip_exactness.py"
+    selection = "tests/test_skip_exactness.py::test_same_dim_params_fuse"
     command = [sys.executable, "tests/mutation/run.py", "eps-x10-skip-norm", "--tests", selection]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

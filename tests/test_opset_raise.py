@@ -111,6 +111,9 @@ def test_a_surviving_meaning_change_refuses_the_raise(
     original = _with_kept(norm_model(RmsNormSpec(), opset=opset), kept, "kept")
     for name in ("g_scale", "g_bias"):
         original.graph.initializer.append(helper.make_tensor(name, FLOAT, [7], [1.0] * 7))
+        # A graph input as well (overridable, so not constant): GroupNormalization-18 with
+        # constant scale and bias is rewritten by the group-norm pass and would not survive.
+        original.graph.input.append(helper.make_tensor_value_info(name, FLOAT, [7]))
     result = normfuse.optimize(original, target="onnx")
     assert result.report.sites == []
     [miss] = result.report.near_misses

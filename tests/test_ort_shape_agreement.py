@@ -336,8 +336,34 @@ def _norm_cases() -> list[Case]:
     return cases
 
 
+def _resize_cases() -> list[Case]:
+    """Resize (diffusion upsamplers: nearest, scale 2) by scales and by sizes, at opsets 13 and
+    18, over modes and coordinate transformations; and the configurations the rule trusts only
+    the rank, batch and channels of (tf_crop_and_resize, keep_aspect_ratio_policy, axes)."""
+    cases = []
+    modes = ("nearest", "linear")
+    transforms = ("asymmetric", "half_pixel", "align_corners", "pytorch_half_pixel")
+    factors = (2.0, 1.5, 0.5, 0.7, 3.0, 1 / 3)
+    for opset, mode, transform, factor, shape in itertools.product(
+        (13, 18), modes, transforms, factors, ((1, 2, 5, 7), (2, 3, 8, 3))
+    ):
+        attrs = {"mode": mode, "coordinate_transformation_mode": transform}
+        scales = np.array([1, 1, factor, factor], np.float32)
+        cases.append(Case("Resize", [shape, None, scales], attrs, opset=opset))
+    for opset, sizes in itertools.product((13, 18), ((1, 2, 10, 3), (1, 2, 1, 14))):
+        cases.append(Case("Resize", [(1, 2, 5, 7), None, None, i64(*sizes)], opset=opset))
+    roi = np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8], np.float32)
+    crop = {"coordinate_transformation_mode": "tf_crop_and_resize", "mode": "linear"}
+    cases.append(Case("Resize", [(1, 2, 5, 7), roi, np.array([1, 1, 2, 2], np.float32)], crop))
+    for policy in ("not_larger", "not_smaller"):
+        attrs = {"keep_aspect_ratio_policy": policy, "axes": [2, 3]}
+        cases.append(Case("Resize", [(1, 2, 5, 7), None, None, i64(9, 11)], attrs))
+    return cases
+
+
 ALL_CASES = [
     *_pool_cases(),
+    *_resize_cases(),
     *_conv_cases(),
     *_elementwise_cases(),
     *_logic_cases(),
@@ -552,3 +578,28 @@ def test_control_flow_shapes_normfuse_trusts_agree_with_onnx_runtime(name: str) 
 
 def _inputs(session: ort.InferenceSession) -> set[str]:
     return {info.name for info in session.get_inputs()}
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("shape", [(2, 6, 7), (1, 4, 3, 5), (2, 6, 2, 3, 2)])
+def test_group_normalization_output_is_typed_as_onnx_runtime_produces_it(
+    opset: int, shape: tuple
+) -> None:
+    """onnx infers no type for a GroupNormalization output; normfuse derives its input's type
+    and shape (`shapes.TYPED_AS_INPUT`), which is what ONNX Runtime's run produces."""
+    from normfuse.shapes import derive_types
+
+    groups = 2
+    count = groups if opset == 18 else shape[1]
+    case = Case(
+        "GroupNormalization",
+        [shape, f32(count), f32(count)],
+        {"num_groups": groups},
+        opset=opset,
+    )
+    model = case.model()
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    assert not inferred.graph.output[0].type.HasField("tensor_type")  # onnx: nothing
+    _, actual = _shapes(case)
+    derived = derive_types(model).types["o0"]
+    assert derived == (F, actual[0]) == (F, shape)

@@ -12,6 +12,7 @@ values on which both agree are folded.
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from functools import lru_cache
 
 import ml_dtypes
@@ -178,14 +179,81 @@ def _truncating_div(a: int, b: int) -> int:
     return quotient if (a >= 0) == (b >= 0) else -quotient
 
 
+def _neg(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """-x: floats exactly (the sign bit); signed integers, declined where -x overflows."""
+    (value,) = inputs
+    if value.dtype.type in FLOAT_DTYPES:
+        return np.asarray(np.negative(value))  # 0-d stays an array
+    if not np.issubdtype(value.dtype, np.signedinteger):
+        return None  # unsigned types are not in Neg's type constraint
+    if np.any(value == np.iinfo(value.dtype).min):
+        return None  # ONNX Runtime wraps
+    return np.asarray(np.negative(value))
+
+
+def _abs(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """|x|: floats exactly; integers, declined where |x| overflows (the type's minimum)."""
+    (value,) = inputs
+    if value.dtype.type not in FLOAT_DTYPES + INT_DTYPES:
+        return None
+    if np.issubdtype(value.dtype, np.signedinteger) and np.any(value == np.iinfo(value.dtype).min):
+        return None
+    return np.asarray(np.abs(value))
+
+
+def _mod(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """The remainder, broadcast: `fmod=0` (integers only) takes the divisor's sign (Python's
+    `%`), `fmod=1` the dividend's (C's fmod, exact for floats too). A zero divisor, a
+    non-finite operand or a float with `fmod=0` (invalid before opset 28) is declined."""
+    left, right = inputs
+    if right is None or left.dtype != right.dtype:
+        return None
+    fmod = _int_attr(attrs, "fmod")
+    if fmod not in (0, 1) or np.any(right == 0):
+        return None
+    if left.dtype.type in FLOAT_DTYPES:
+        if not fmod or not (np.all(np.isfinite(left)) and np.all(np.isfinite(right))):
+            return None
+        if np.any(np.signbit(left) & (left == 0)):  # fmod(-0, y): either zero, says ONNX
+            return None
+        return np.asarray(np.fmod(left, right), dtype=left.dtype)
+    if left.dtype.type not in INT_DTYPES:
+        return None
+    a, b = np.broadcast_arrays(left.astype(object), right.astype(object))
+    remainders = [_remainder(x, y, fmod) for x, y in zip(a.flat, b.flat, strict=True)]
+    return np.array(remainders, dtype=object).reshape(a.shape).astype(left.dtype)
+
+
+def _remainder(a: int, b: int, fmod: int) -> int:
+    if not fmod:
+        return a % b
+    remainder = abs(a) % abs(b)
+    return remainder if a >= 0 else -remainder
+
+
+def _equal(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+    """Elementwise IEEE equality, broadcast, of two tensors of one type (bool, int32 and int64
+    only before opset 11)."""
+    left, right = inputs
+    if right is None or left.dtype != right.dtype:
+        return None
+    allowed = (
+        FLOAT_DTYPES + INT_DTYPES + (np.bool_,) if version >= 11 else (np.bool_, np.int32, np.int64)
+    )
+    if left.dtype.type not in allowed:
+        return None
+    return np.asarray(np.equal(left, right))
+
+
 # --- Cast --------------------------------------------------------------------------------------
 
 
 def _cast(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     """Between IEEE floats, from integers to a type holding each value exactly, between integers
-    without overflow, and to or from float8 (`saturate`). Float to integer (truncation, range
-    left undefined by ONNX) is not folded. A float64 value is narrowed only where rounding it
-    directly and through float32 (as ONNX Runtime does) agree."""
+    (out of range: the low bits, reinterpreted in two's complement, as ONNX specifies), from
+    floats to integers toward zero where the truncated value is in range (outside it ONNX leaves
+    the result undefined: declined), and to or from float8 (`saturate`). A float64 value is
+    narrowed only where rounding it directly and through float32 (as ONNX Runtime does) agree."""
     (value,) = inputs
     to = _int_attr(attrs, "to")
     if to in FLOAT8_TYPES or value.dtype in FLOAT8_DTYPES:
@@ -194,9 +262,12 @@ def _cast(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     if target is None or value.dtype.type not in FLOAT_DTYPES + INT_DTYPES:
         return None
     if np.issubdtype(target, np.integer):
-        if not np.issubdtype(value.dtype, np.integer) or not _fits(value, target):
+        if np.issubdtype(value.dtype, np.integer):
+            return _wrapped(value, target)
+        if not np.all(np.isfinite(value)):
             return None
-        return value.astype(target)
+        truncated = np.trunc(value.astype(np.float64))
+        return np.asarray(truncated, dtype=target) if _fits(truncated, target) else None
     if np.issubdtype(value.dtype, np.integer):
         with np.errstate(all="ignore"):
             cast = value.astype(target)
@@ -205,6 +276,15 @@ def _cast(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
         exact = [int(c) for c in cast.flat] == [int(v) for v in value.flat]
         return cast if exact else None
     return _narrow(value, target)
+
+
+def _wrapped(value: np.ndarray, target: np.dtype) -> np.ndarray:
+    """Integers to integer `target` keeping the low bits (two's complement for signed types)."""
+    bits = 8 * target.itemsize
+    low = [int(v) % (1 << bits) for v in value.flat]
+    if np.issubdtype(target, np.signedinteger):
+        low = [v - (1 << bits) if v >= 1 << (bits - 1) else v for v in low]
+    return np.array(low, dtype=target).reshape(value.shape)
 
 
 def _narrow(value: np.ndarray, target: np.dtype) -> np.ndarray | None:
@@ -363,28 +443,6 @@ def _reshape(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     return data.reshape(shape)
 
 
-def _reduce_prod(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
-    """Integer product (exact, declined on overflow) over `axes` (attribute before opset 18,
-    input from 18), all axes when none are given unless `noop_with_empty_axes` (opset 18) makes
-    it the identity; `keepdims`."""
-    data = inputs[0]
-    if not np.issubdtype(data.dtype, np.integer):
-        return None  # float products depend on the runtime's order: not folded
-    axes = _axes(version, attrs, inputs, since_input=18)
-    if not axes:
-        if version >= 18 and _int_attr(attrs, "noop_with_empty_axes"):
-            return data
-        axes = list(range(data.ndim))
-    normalised = {_axis(a, data.ndim, negative=version >= 11) for a in axes}
-    if len(normalised) != len(axes):
-        return None
-    keepdims = bool(_int_attr(attrs, "keepdims"))
-    exact = data.astype(object)
-    product = np.multiply.reduce(exact, axis=tuple(normalised), keepdims=keepdims, initial=1)
-    product = np.asarray(product, dtype=object)
-    return product.astype(data.dtype) if _fits(product, data.dtype) else None
-
-
 def _index_input(value: np.ndarray | None) -> np.ndarray | None:
     if value is not None and (value.ndim != 1 or value.dtype not in (np.int32, np.int64)):
         raise TypeError("Slice indices")
@@ -430,6 +488,150 @@ def _clamped(start: int, end: int, step: int, dim: int) -> slice:
         return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
     start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
     return slice(start, None if end < 0 else end, step)
+
+
+# --- reductions ------------------------------------------------------------------------------
+
+# The significand bits of each float type: integers of up to this many bits are exact.
+_PRECISION = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 53}
+# Reduce* versions from which `axes` is an input (and `noop_with_empty_axes` exists).
+_AXES_INPUT = {"ReduceSum": 13}
+
+
+def _reduction(op: str) -> Callable[[int, dict, Inputs], np.ndarray | None]:
+    def implementation(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
+        """`op` over `axes` (attribute before the version taking them as an input), all axes
+        when none are given (an empty axes input included) unless `noop_with_empty_axes`
+        makes it the identity (for ReduceSumSquare: the squares); `keepdims`. Only results
+        that are exact in every order of evaluation are folded (see `_reduce`)."""
+        data = inputs[0]
+        if data.size == 0 or data.dtype.type not in FLOAT_DTYPES + INT_DTYPES:
+            return None  # a reduction over an empty set is undefined
+        axes = _axes(version, attrs, inputs, since_input=_AXES_INPUT.get(op, 18))
+        if not axes:
+            axes = [] if attrs.get("noop_with_empty_axes") else list(range(data.ndim))
+        normalised = {_axis(a, data.ndim, negative=version >= 11) for a in axes}
+        if len(normalised) != len(axes):
+            return None
+        if not normalised:  # the identity: each element its own row
+            rows, shape = data.reshape(-1, 1), list(data.shape)
+        else:
+            moved = np.moveaxis(data, sorted(normalised), range(-len(normalised), 0))
+            rows = moved.reshape(-1, int(np.prod(moved.shape[data.ndim - len(normalised) :])))
+            keepdims = _int_attr(attrs, "keepdims")
+            shape = [
+                1 if i in normalised else dim
+                for i, dim in enumerate(data.shape)
+                if keepdims or i not in normalised
+            ]
+        results = [_reduce(op, row) for row in rows]
+        if any(result is None for result in results):
+            return None
+        return np.array(results, dtype=data.dtype).reshape(shape)
+
+    return implementation
+
+
+def _reduce(op: str, row: np.ndarray):
+    """One reduced value of `row`, exactly, or None. Integers: exact, declined on overflow (and
+    a mean that does not divide). Floats: max and min of rows without NaN or -0 (where
+    runtimes differ); sums, squares and products only where every partial result of any order
+    is exactly representable (so any order gives the exact value); a mean only where the exact
+    mean is representable and equals the sum times the rounded 1/n."""
+    if op in ("ReduceMax", "ReduceMin"):
+        if row.dtype.type in FLOAT_DTYPES and (
+            np.any(np.isnan(row)) or np.any(np.signbit(row) & (row == 0))
+        ):
+            return None
+        return row.max() if op == "ReduceMax" else row.min()
+    if row.dtype.type in INT_DTYPES:
+        return _reduce_integers(op, [int(v) for v in row], row.dtype)
+    if not np.all(np.isfinite(row)):
+        return None
+    if op == "ReduceProd":
+        return _exact_product(row)
+    if op == "ReduceSumSquare":
+        squares = np.square(row)
+        if any(
+            Fraction(float(s)) != Fraction(float(v)) ** 2 for s, v in zip(squares, row, strict=True)
+        ):
+            return None
+        row = squares
+    elif np.any(np.signbit(row) & (row == 0)):
+        return None  # an all -0 sum is +0 from the reference, -0 from ONNX Runtime
+    total = _exact_sum(row)
+    if total is None or op != "ReduceMean":
+        return total
+    mean = Fraction(float(total)) / row.size
+    rounded = row.dtype.type(float(mean))
+    with np.errstate(all="ignore"):
+        stepped = total * row.dtype.type(1.0 / row.size)
+    return rounded if Fraction(float(rounded)) == mean and stepped == rounded else None
+
+
+def _reduce_integers(op: str, values: list[int], dtype: np.dtype):
+    if op == "ReduceProd":
+        result = 1
+        for value in values:
+            result *= value
+    elif op == "ReduceSumSquare":
+        result = sum(value * value for value in values)
+    else:
+        result = sum(values)
+        if op == "ReduceMean":
+            if result % len(values):
+                return None
+            result //= len(values)
+    return dtype.type(result) if _fits([result], dtype) else None
+
+
+def _dyadic(value: float) -> tuple[int, int]:
+    """(m, e) with value = m·2^e and m odd (0: (0, 0))."""
+    numerator, denominator = float(value).as_integer_ratio()
+    exponent = -(denominator.bit_length() - 1)
+    while numerator and numerator % 2 == 0:
+        numerator, exponent = numerator // 2, exponent + 1
+    return numerator, exponent
+
+
+def _exact_sum(row: np.ndarray):
+    """The sum of finite `row` where every partial sum of any subset is exact: all values are
+    multiples of the smallest one's last bit, with the magnitudes summing to at most 2^p of
+    those units (p the type's precision) and to a finite value."""
+    parts = [_dyadic(v) for v in row if v != 0]
+    if not parts:
+        return row.dtype.type(0.0)
+    unit = min(exponent for _, exponent in parts)
+    units = sum(abs(m) << (exponent - unit) for m, exponent in parts)
+    if units > 1 << _PRECISION[row.dtype] or Fraction(units) * Fraction(2) ** unit > Fraction(
+        float(np.finfo(row.dtype).max)
+    ):
+        return None
+    return row.dtype.type(float(sum(Fraction(float(v)) for v in row)))
+
+
+def _exact_product(row: np.ndarray):
+    """The product of finite `row` where every partial product of any subset is exact: the odd
+    significands multiply to at most 2^p, the smallest subset's exponent reaches no lower than
+    the smallest subnormal and the largest subset stays finite. A zero gives a signed zero."""
+    finfo = np.finfo(row.dtype)
+    parts = [_dyadic(v) for v in row if v != 0]
+    significand = 1
+    for m, _ in parts:
+        significand *= abs(m)
+    lowest = sum(min(exponent, 0) for _, exponent in parts)
+    highest = sum(max(exponent, 0) for _, exponent in parts)
+    smallest = Fraction(float(finfo.smallest_subnormal))
+    if significand > 1 << _PRECISION[row.dtype] or Fraction(2) ** lowest < smallest:
+        return None
+    if significand * Fraction(2) ** highest > Fraction(float(finfo.max)):
+        return None
+    exact = Fraction(1)
+    for value in row:
+        exact *= Fraction(float(value))
+    negative = bool(np.sum(np.signbit(row)) % 2)
+    magnitude = row.dtype.type(float(abs(exact)))
+    return -magnitude if negative else magnitude
 
 
 def _where(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
@@ -504,7 +706,16 @@ _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray
     "Range": (frozenset({11, 27}), _range),
     "Flatten": (frozenset({1, 9, 11, 13, 21, 23, 24, 25}), _flatten),
     "Reshape": (frozenset({5, 13, 14, 19, 21, 23, 24, 25}), _reshape),
-    "ReduceProd": (frozenset({1, 11, 13, 18}), _reduce_prod),
+    "ReduceProd": (frozenset({1, 11, 13, 18}), _reduction("ReduceProd")),
+    "ReduceSum": (frozenset({1, 11, 13}), _reduction("ReduceSum")),
+    "ReduceMean": (frozenset({1, 11, 13, 18}), _reduction("ReduceMean")),
+    "ReduceSumSquare": (frozenset({1, 11, 13, 18}), _reduction("ReduceSumSquare")),
+    "ReduceMax": (frozenset({1, 11, 12, 13, 18, 20}), _reduction("ReduceMax")),
+    "ReduceMin": (frozenset({1, 11, 12, 13, 18, 20}), _reduction("ReduceMin")),
+    "Neg": (frozenset({6, 13}), _neg),
+    "Abs": (frozenset({6, 13}), _abs),
+    "Mod": (frozenset({10, 13}), _mod),
+    "Equal": (frozenset({7, 11, 13, 19}), _equal),
     "Slice": (frozenset({1, 10, 11, 13}), _slice),
     "Where": (frozenset({9, 16}), _where),
     "Expand": (frozenset({8, 13}), _expand),

@@ -8,6 +8,7 @@ mixed-precision casts are absorbed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,11 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     x_type = _known_type(x, context)
     upcast = match.node("upcast") if "upcast" in match else None
     downcast = match.node("downcast") if "downcast" in match else None
+    identity: tuple[gs.Node, ...] = ()
+    if upcast is not None and upcast.attrs.get("to") == x_type:
+        # A Cast to x's own type (TorchScript's `.to(dtype)` of a tensor already of it, before a
+        # float16 adaLN norm) is no upcast: the fused node reads its output, and it stays.
+        x, identity, upcast = match["upcast"], (upcast,), None
     if upcast is not None and downcast is None and upcast.attrs.get("to") in FLOAT_TYPES:
         # Statistics of a Cast's output (an integer or wide input made float): the fused node
         # reads the Cast's output, and the Cast stays.
@@ -78,7 +84,7 @@ def fused_io(match: Match, context: Context) -> FusedIO:
     if x_type not in FLOAT_TYPES:
         name = _type_name(x_type)
         raise Reject("unsupported-dtype", f"{x.name!r} is {name}; fused for float32/float16")
-    return FusedIO(x, x_type, FLOAT_TYPES[x_type], output_cast, kept)
+    return FusedIO(x, x_type, FLOAT_TYPES[x_type], output_cast, (*identity, *kept))
 
 
 def _known_type(tensor: gs.Tensor, context: Context) -> int:
@@ -345,6 +351,28 @@ def affine(
     return expanded
 
 
+def scale_kept_after(
+    match: Match, context: Context, shape: tuple, dims: tuple[int, ...]
+) -> np.ndarray | None:
+    """The scale, where it spans the normalised axes and varies along others too but keeps x's
+    shape (Cohere's QK-norm weight [H, Dh] on [N, S, H, Dh], normalised over Dh): the fused node
+    then normalises with a unit scale and this Mul stays after it, on the same values in the same
+    type, before any cast back (exact). None where the scale fits the fused op, is absent, would
+    widen x or does not span the normalised axes (an instance norm's per-channel [C, 1, 1]: the
+    group-norm pass's), where a bias follows it (it would have to stay too), or where the Mul
+    follows the cast back (the fused node's float16 output would round first)."""
+    if "scale" not in match or "bias" in match or _affine_after_downcast(match):
+        return None
+    value = context.reader.value(match["scale"])
+    rank = len(shape)
+    if value is None or value.ndim > rank or affine_parameter(value, dims, rank) is not None:
+        return None
+    full = (1,) * (rank - value.ndim) + value.shape
+    if any(dim != 1 and dim != size for dim, size in zip(full, shape, strict=True)):
+        return None  # it would broadcast x to a larger shape (or a symbolic dim is unproved)
+    return value if full[rank - len(dims) :] == tuple(dims) else None
+
+
 def channel_affine(
     match: Match, name: str, context: Context, channels: int, rank: int
 ) -> np.ndarray | None:
@@ -392,9 +420,11 @@ def fused_site(
     params: tuple,
     layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
     extra_outputs: tuple[tuple[int, gs.Tensor], ...] = (),
+    scale_after: np.ndarray | None = None,
 ) -> Site:
     """The site for `match`: one node computing `kind` on `io.x` with `params` (scale[, bias]),
-    also producing `extra_outputs` (LayerNormalization's Mean and InvStdDev)."""
+    also producing `extra_outputs` (LayerNormalization's Mean and InvStdDev), and followed by a
+    Mul by `scale_after` before any cast back (see `scale_kept_after`)."""
     _check_output_type(match.root, io, context)
     shape = known_shape(match["x"], context)
     _check_constant_ranks(match, len(shape), context)
@@ -414,12 +444,15 @@ def fused_site(
         exact_float32(eps, "epsilon")
     input_cast, output_cast, kernel_dtype = None, io.output_cast, io.dtype
     after_cast: tuple = (None, None)
-    if widened_float16(io, context, params):
+    # A kept scale multiplies the float32 result before the cast back, as the model does: always
+    # the float32 kernel for a float16 norm (the float16 one would round before the Mul).
+    kept_scale = scale_after is not None and io.elem_type == onnx.TensorProto.FLOAT16
+    if (kept_scale and io.output_cast is None) or widened_float16(io, context, params):
         input_cast, output_cast = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
         kernel_dtype = np.float32
         # LLaMA's spelling: the affine in float16, after. Not with a layout: the kernel's
         # channels-last [C] parameters would broadcast along the wrong axis after the Transpose.
-        if layout is None and _affine_after_downcast(match):
+        if layout is None and scale_after is None and _affine_after_downcast(match):
             # The model's own scale (negated with a negated numerator: exact either side of a
             # rounding) moves after the Cast; without one, the kernel keeps its +-1.
             scale, bias = (*params, None)[:2]
@@ -428,6 +461,7 @@ def fused_site(
             if "bias" in match:
                 after_cast, params = (after_cast[0], bias), (params[0], None)
             after_cast = tuple(None if p is None else p.astype(io.dtype) for p in after_cast)
+    input_moves = float16_input_moves(io.x) if input_cast is not None else ()
     params = tuple(p.astype(kernel_dtype) if isinstance(p, np.ndarray) else p for p in params)
     fused = FusedNode(
         emission.op,
@@ -438,7 +472,9 @@ def fused_site(
         extra_outputs=extra_outputs,
         layout=layout,
         input_cast=input_cast,
+        input_moves=input_moves,
         after_cast=after_cast,
+        scale_after=None if scale_after is None else scale_after.astype(kernel_dtype),
     )
     rewired = {id(tensor) for _, tensor in extra_outputs}
     # Nodes whose outputs the fused node takes over die too (a Reciprocal of the std).
@@ -478,6 +514,84 @@ def fused_site(
         emission.opset,
         emission.ort_only or ort_only,
         frozenset(id(node) for node in match.nodes),
+    )
+
+
+# Ops that only move values; ONNX Runtime's CPU provider has float16 kernels for them.
+_MOVERS = frozenset(
+    {
+        "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "Identity",
+        "Pad", "Reshape", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile", "Transpose",
+        "Unsqueeze",
+    }
+)  # fmt: skip
+
+
+# Of those, the ones whose only float16 input is their first (the data): the fused node's input
+# Cast can be taken above them, and copies of them then move the float32 values.
+_LIFTABLE = _MOVERS - {"Concat", "Pad", "Split"}
+
+
+def float16_input_moves(x: gs.Tensor) -> tuple[gs.Node, ...]:
+    """For a float16 norm computed in float16 throughout and fused as the float32 kernel between
+    Casts: the value-moving nodes (top first) the input Cast must be taken above. ONNX Runtime's
+    CPU provider runs
+    the ops that have no float16 CPU kernel (MatMul, Mul, Pow, ReduceMean, ...) in float32,
+    removes the Cast pairs it inserted between them, and runs a value-moving op (Reshape,
+    Transpose, ...) between two of them in float32 too: such a chain never rounds to float16.
+    A Cast next to such a mover rounds the value there instead (Mamba2's float16 gated norm
+    `Reshape(x * silu(z))` overflowed to inf where the original stayed finite; a float16 group
+    norm's result, rounded before the Reshape back and the affine, was 1.3x further from
+    float64). So where x is moved from an op without a float16 CPU kernel, the input Cast goes
+    right after that op (its Cast pair cancels, as in the original) and the moves are copied in
+    float32 (the same values under ONNX's semantics too: a move commutes with a widening Cast);
+    where a move cannot be copied (Concat, Pad, Split) the site is refused (`float16-rounding`).
+    The output side is not handled: a result moved on to such an op (a QK-norm into the rotary
+    embedding, a group norm into its Reshape back) is rounded once more than in the original
+    (measured within 1.10x of the original's distance to float64 on the zoo; 1.3x on a float16
+    hand-written group norm: docs/adversary6-findings.md, ADV6-08)."""
+    chain, tensor = [], x
+    while tensor.inputs and tensor.inputs[0].op in _MOVERS:
+        chain.append(tensor.inputs[0])
+        tensor = tensor.inputs[0].inputs[0]
+    source = tensor.inputs[0] if tensor.inputs else None
+    if not chain or source is None or not _runs_in_float32(source):
+        return ()  # x is float16 in the original too: a graph input, a constant, a float16 kernel
+    unliftable = sorted({node.op for node in chain if node.op not in _LIFTABLE})
+    if unliftable:
+        raise Reject(
+            "float16-rounding",
+            f"the float16 input comes through {', '.join(unliftable)} from {source.op}, which "
+            "ONNX Runtime's CPU provider runs in float32 (no float16 kernel): the fused node's "
+            "input Cast would round it to float16 where the original does not",
+        )
+    return tuple(reversed(chain))
+
+
+def _runs_in_float32(node: gs.Node) -> bool:
+    """Whether ONNX Runtime's CPU provider has no float16 kernel for `node`'s op (so it runs it
+    in float32 in a float16 model); True where its kernel registry cannot be read."""
+    if node.op == "Constant":
+        return False
+    ops = cpu_float16_ops()
+    return ops is None or node.op not in ops
+
+
+@functools.cache
+def cpu_float16_ops() -> frozenset[str] | None:
+    """The ops ONNX Runtime's CPU provider has a kernel for with a float16 type (any domain),
+    read from its kernel registry; None where this onnxruntime does not expose it."""
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        kernels = _pybind_state.get_all_opkernel_def()
+    except (ImportError, AttributeError):
+        return None
+    return frozenset(
+        kernel.op_name
+        for kernel in kernels
+        if kernel.provider == "CPUExecutionProvider"
+        and any("tensor(float16)" in types for types in kernel.type_constraints.values())
     )
 
 

@@ -1,5 +1,6 @@
 """The records a pass and the driver exchange: `Site` (fuse this), `NearMiss` (why not),
-`FusedNode` (what replaces a site) and `Reject` (a check's refusal). A leaf module: it imports
+`FusedNode` (what replaces a site), `FormQuestion` (a form only a timing can choose) and
+`Reject` (a check's refusal). A leaf module: it imports
 nothing of normfuse, so passes, checks, the final check and the guard can all use it."""
 
 from __future__ import annotations
@@ -23,6 +24,20 @@ class Reject(Exception):
 
 
 @dataclass(frozen=True)
+class FormQuestion:
+    """A site whose fused form is exact but may be slower than the decomposed one (a residual
+    Add folded into a Skip* op): with `--tune-for` the driver times both forms after every check
+    has passed, and keeps the site only if the fused form wins. Checks never time anything."""
+
+    family: str  # "layer-norm" or "rms-norm": the norm the Skip* op replaces
+    shape: tuple  # the proved shape of the residual sum (dims may be symbolic)
+    elem_type: int
+    bias: bool
+    tensors: tuple[gs.Tensor, ...]  # tensors of that shape (sum, input, skip), for the dims
+    replaced_op: str  # the norm op the Skip* op replaces, for the decision's detail
+
+
+@dataclass(frozen=True)
 class FusedNode:
     """The node that replaces a site: inputs are graph tensors, new constants, or None (absent);
     with `output_cast`, a Cast to that element type follows it and produces the site's output."""
@@ -40,12 +55,20 @@ class FusedNode:
     # With `input_cast`, the first input is cast to that element type first (a float16 norm
     # computed by the float32 kernel: see `norm_checks.widened_float16`).
     input_cast: int | None = None
+    # With `input_cast`: value-moving nodes (Reshape, Transpose, ...; top first) between the
+    # first input's computing op and it. The Cast reads their first input instead, and copies of
+    # them move the cast values (see `norm_checks.float16_input_moves`).
+    input_moves: tuple[gs.Node, ...] = ()
     # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
     # applies its affine after casting the statistics' result back.
     after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
     # (grouped shape, shape back): a Reshape of the first input before the node and one of its
     # output after it (inside the `after_cast` affine): a GroupNormalization node rewritten.
     grouping: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # A Mul right after the node, before `output_cast`, in the kernel's type: the model's own scale
+    # where it varies along axes that are not normalised too (Cohere's QK-norm weight [H, Dh]);
+    # the node then normalises with a unit scale.
+    scale_after: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,8 @@ class Site:
     # (domain, name) of the model-local function whose body holds the site; None: the main
     # graph or a body nested in it (set by the driver).
     function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    # Set by a pass whose form only a timing can choose (`FormQuestion`); None for the rest.
+    form_question: FormQuestion | None = field(default=None, repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""

@@ -185,12 +185,35 @@ def _decide(
             outcome = replace(outcome, root=found.root)
         if isinstance(outcome, Site) and outcome.output in context.excluded:
             return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
+        if isinstance(outcome, Site):
+            outcome = _timed_form(outcome, node_label(fusion_pass.site_key(found)), context)
         if outcome is None or isinstance(outcome, Site):
             return outcome
         first_miss = first_miss or outcome
         if outcome.reason != INTERMEDIATE_USED_ELSEWHERE:
             break
     return first_miss
+
+
+def _timed_form(site: Site, label: str, context: Context) -> Site | NearMiss:
+    """Policy, after every check has passed: a site whose form only a timing can choose
+    (`FormQuestion`) is kept where `--tune-for` is off or the fused form wins on its provider;
+    otherwise it stays decomposed with the decision's reason."""
+    question, chooser = site.form_question, context.form_chooser
+    if question is None or chooser is None:
+        return site
+    choice = chooser.choose(
+        question.family,
+        question.shape,
+        question.elem_type,
+        question.bias,
+        question.tensors,
+        context.reader,
+    )
+    if choice.use_skip:
+        return site
+    detail = choice.detail(site.op, question.replaced_op)
+    return NearMiss(site.kind, label, choice.reason(), detail)
 
 
 def checked_site(fusion_pass: FusionPass, found: Match, context: Context) -> Site | None:
@@ -362,13 +385,21 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     output = site.root
     output.inputs.clear()
     if fused.input_cast is not None:
-        inputs[0] = emitter.fed_by(inputs[0], "Cast", {"to": fused.input_cast}, name)
+        moves = fused.input_moves
+        source = moves[0].inputs[0] if moves else inputs[0]
+        inputs[0] = emitter.fed_by(source, "Cast", {"to": fused.input_cast}, name)
+        for move in moves:  # the same moves, of the cast values
+            operands = tuple(move.inputs[1:])
+            inputs[0] = emitter.fed_by(inputs[0], move.op, dict(move.attrs), name, operands)
     for op, value in reversed(list(zip(("Mul", "Add"), fused.after_cast, strict=True))):
         if value is not None:
             operand = _constant(value, f"{name}/{op}_operand", own, emitter)
             output = emitter.feeding(output, op, {}, name, (operand,))
     if fused.output_cast is not None:
         output = emitter.feeding(output, "Cast", {"to": fused.output_cast}, name)
+    if fused.scale_after is not None:
+        operand = _constant(fused.scale_after, f"{name}/scale_after", own, emitter)
+        output = emitter.feeding(output, "Mul", {}, name, (operand,))
     if fused.layout is not None:
         before, after = fused.layout
         output = emitter.feeding(output, "Transpose", {"perm": list(after)}, name)

@@ -79,6 +79,18 @@ def _conv_transpose(node: onnx.NodeProto) -> int:
     return FULL
 
 
+def _resize(node: onnx.NodeProto) -> int:
+    """Output dims from `scales` (floor(dim * scale)) or `sizes`, swept over modes, coordinate
+    transformations and scales; `tf_crop_and_resize` (sized by its roi), a
+    `keep_aspect_ratio_policy` other than stretch (rounds a shared scale) and an `axes`
+    attribute are not swept: the rank, batch and channels only."""
+    cropped = _attribute(node, "coordinate_transformation_mode", b"") == b"tf_crop_and_resize"
+    stretched = _attribute(node, "keep_aspect_ratio_policy", b"stretch") == b"stretch"
+    if cropped or not stretched or _attribute(node, "axes", None) is not None:
+        return 2
+    return FULL
+
+
 RULES: dict[str, Callable[[onnx.NodeProto], int]] = {
     **{op: _full for op in SAME_SHAPE | BROADCAST | SHAPE_OPS | REDUCE | OTHER},
     "MaxPool": _pool,
@@ -88,6 +100,7 @@ RULES: dict[str, Callable[[onnx.NodeProto], int]] = {
     "LpPool": lambda node: 2,
     "Conv": _full,
     "ConvTranspose": _conv_transpose,
+    "Resize": _resize,
 }
 
 

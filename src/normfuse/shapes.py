@@ -66,6 +66,13 @@ def derive_types(model: onnx.ModelProto) -> TypeFacts:
     return TypeFacts(types, conflicts, functions)
 
 
+# Standard ops whose output onnx's shape inference leaves untyped though the spec gives it as
+# their first input's type and shape, as ONNX Runtime produces it (swept in
+# tests/test_ort_shape_agreement.py): GroupNormalization-18/21, a function op with no inference
+# of its own (every tensor after one would lose its type).
+TYPED_AS_INPUT = frozenset({"GroupNormalization"})
+
+
 def _agreed(stripped: onnx.ModelProto) -> AgreedTypes:
     inferred: dict[str, TensorType] = {}
     collect(infer(stripped).graph, inferred)
@@ -211,11 +218,23 @@ def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
             del graph.initializer[:]
             graph.initializer.extend(kept)
         del graph.value_info[:]
+        _typed_as_input(graph)
         inputs = {info.name for info in graph.input}
         for info in graph.output:
             if info.type.HasField("tensor_type") and info.name not in inputs:
                 info.type.tensor_type.ClearField("shape")
     return copy
+
+
+def _typed_as_input(graph: onnx.GraphProto) -> None:
+    """Each node of `graph` in `TYPED_AS_INPUT` made an Identity of its first input, in place
+    (in the skeleton types are derived from, never in the model)."""
+    for node in graph.node:
+        standard = node.domain in ("", "ai.onnx")
+        if node.op_type in TYPED_AS_INPUT and standard and node.input and len(node.output) == 1:
+            del node.input[1:]
+            del node.attribute[:]
+            node.op_type = "Identity"
 
 
 def _contradicts(claim: TensorType, derived: TensorType) -> bool:

@@ -16,9 +16,14 @@ ORT_MODEL_TYPES = {
     "gpt_neox": "gpt_neox",
     "whisper_encoder": "bert",
     "qwen3": "qwen3",
+    "whisper": "bart",  # the KV zoo's Whisper decoder
     "unet_block": "unet",
     "vae_mid_block": "vae",
     "vae_mid_block_hand_written": "vae",
+    # diffusers' transformers (adaLN, q/k RMS norms): the optimizer's MMDiT model (SD3, Flux)
+    "dit": "mmdit",
+    "sd3": "mmdit",
+    "flux": "mmdit",
 }
 
 
