@@ -8,7 +8,6 @@ mixed-precision casts are absorbed.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ import onnx_graphsurgeon as gs
 from normfuse.constants import reduce_axes, written_axes
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
+from normfuse.float16_moves import LIFTABLE, MOVERS, runs_in_float32
 from normfuse.folding import schema
 from normfuse.pattern import Match
 from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Reject, Site, node_label
@@ -517,21 +517,6 @@ def fused_site(
     )
 
 
-# Ops that only move values; ONNX Runtime's CPU provider has float16 kernels for them.
-_MOVERS = frozenset(
-    {
-        "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "Identity",
-        "Pad", "Reshape", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile", "Transpose",
-        "Unsqueeze",
-    }
-)  # fmt: skip
-
-
-# Of those, the ones whose only float16 input is their first (the data): the fused node's input
-# Cast can be taken above them, and copies of them then move the float32 values.
-_LIFTABLE = _MOVERS - {"Concat", "Pad", "Split"}
-
-
 def float16_input_moves(x: gs.Tensor) -> tuple[gs.Node, ...]:
     """For a float16 norm computed in float16 throughout and fused as the float32 kernel between
     Casts: the value-moving nodes (top first) the input Cast must be taken above. ONNX Runtime's
@@ -551,13 +536,13 @@ def float16_input_moves(x: gs.Tensor) -> tuple[gs.Node, ...]:
     (measured within 1.10x of the original's distance to float64 on the zoo; 1.3x on a float16
     hand-written group norm: docs/adversary6-findings.md, ADV6-08)."""
     chain, tensor = [], x
-    while tensor.inputs and tensor.inputs[0].op in _MOVERS:
+    while tensor.inputs and tensor.inputs[0].op in MOVERS:
         chain.append(tensor.inputs[0])
         tensor = tensor.inputs[0].inputs[0]
     source = tensor.inputs[0] if tensor.inputs else None
-    if not chain or source is None or not _runs_in_float32(source):
+    if not chain or source is None or not runs_in_float32(source):
         return ()  # x is float16 in the original too: a graph input, a constant, a float16 kernel
-    unliftable = sorted({node.op for node in chain if node.op not in _LIFTABLE})
+    unliftable = sorted({node.op for node in chain if node.op not in LIFTABLE})
     if unliftable:
         raise Reject(
             "float16-rounding",
@@ -566,33 +551,6 @@ def float16_input_moves(x: gs.Tensor) -> tuple[gs.Node, ...]:
             "input Cast would round it to float16 where the original does not",
         )
     return tuple(reversed(chain))
-
-
-def _runs_in_float32(node: gs.Node) -> bool:
-    """Whether ONNX Runtime's CPU provider has no float16 kernel for `node`'s op (so it runs it
-    in float32 in a float16 model); True where its kernel registry cannot be read."""
-    if node.op == "Constant":
-        return False
-    ops = cpu_float16_ops()
-    return ops is None or node.op not in ops
-
-
-@functools.cache
-def cpu_float16_ops() -> frozenset[str] | None:
-    """The ops ONNX Runtime's CPU provider has a kernel for with a float16 type (any domain),
-    read from its kernel registry; None where this onnxruntime does not expose it."""
-    try:
-        from onnxruntime.capi import _pybind_state
-
-        kernels = _pybind_state.get_all_opkernel_def()
-    except (ImportError, AttributeError):
-        return None
-    return frozenset(
-        kernel.op_name
-        for kernel in kernels
-        if kernel.provider == "CPUExecutionProvider"
-        and any("tensor(float16)" in types for types in kernel.type_constraints.values())
-    )
 
 
 def widened_float16(io: FusedIO, context: Context, params: tuple) -> bool:

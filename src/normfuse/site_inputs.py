@@ -51,8 +51,12 @@ def isolate(
 
 
 def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict | None:
-    """Adversarial rows for the site's first input, random ones of the same shape for the rest."""
+    """Adversarial rows for the site's first input, random ones of the same shape for the rest.
+    A site whose input Cast was lifted over value moves (`FusedNode.input_moves`) is fed where
+    the moves start, in both models (the fused one no longer reads the moved tensor)."""
     names = site.input_names()
+    if site.fused.input_moves:
+        names = (site.fused.input_moves[0].inputs[0].name, *names[1:])
     if any(name not in types or types[name][1] is None for name in names):
         return None
     elem_type, shape = types[names[0]]
@@ -79,8 +83,8 @@ def _normalised_dims(site: Site, rank: int) -> dict[int, int]:
     fused = site.fused
     inputs = fused.inputs
     scale = inputs[2 if fused.op.startswith("Skip") else 1] if len(inputs) > 1 else None
-    if fused.layout is not None or fused.grouping is not None:
-        return {}  # the node reads a transposed or regrouped tensor, not the site's input
+    if fused.layout is not None or fused.grouping is not None or fused.input_moves:
+        return {}  # the node reads a transposed, regrouped or moved tensor, not the site's input
     if isinstance(scale, gs.Variable) or scale is None:
         return {}
     axis = site.axis % rank if rank else 0
