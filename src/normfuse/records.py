@@ -59,6 +59,11 @@ class FusedNode:
     # first input's computing op and it. The Cast reads their first input instead, and copies of
     # them move the cast values (see `norm_checks.float16_input_moves`).
     input_moves: tuple[gs.Node, ...] = ()
+    # With `input_cast` and `output_cast` (and nothing else after the node): the value-moving
+    # nodes that alone read the result, one after another (set by the driver). Copies of them
+    # move the float32 result and the output Cast produces their last output instead.
+    output_moves: tuple[gs.Node, ...] = ()
+    moved_output: gs.Tensor | None = None  # the last move's output (kept: emitting detaches it)
     # (scale, bias), either None: a Mul and then an Add after `output_cast`, where the original
     # applies its affine after casting the statistics' result back.
     after_cast: tuple[np.ndarray | None, np.ndarray | None] = (None, None)

@@ -21,6 +21,7 @@ from normfuse import final_check
 from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
+from normfuse.float16_moves import LIFTABLE
 from normfuse.pattern import Match, Pattern, match_first, root_ops
 from normfuse.records import (
     INTERMEDIATE_USED_ELSEWHERE,
@@ -196,7 +197,10 @@ def _decide(
             ):
                 outcome = escape
         if isinstance(outcome, Site):
-            outcome = replace(outcome, root=found.root)
+            moves = _output_moves(outcome.fused, found.root, graph_outputs)
+            end = moves[-1].outputs[0] if moves else None
+            fused = replace(outcome.fused, output_moves=moves, moved_output=end)
+            outcome = replace(outcome, root=found.root, fused=fused)
         if isinstance(outcome, Site) and outcome.output in context.excluded:
             return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
         if isinstance(outcome, Site):
@@ -424,6 +428,15 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
         output = emitter.feeding(output, "Reshape", {}, name, (back_operand,))
         grouped_operand = _constant(grouped, f"{name}/grouped_shape", own, emitter)
         inputs[0] = emitter.fed_by(inputs[0], "Reshape", {}, name, (grouped_operand,))
+    if fused.output_moves:  # the result moved in float32 too, cast where the moves end
+        moved = output
+        for move in fused.output_moves:
+            moved = emitter.fed_by(moved, move.op, dict(move.attrs), name, tuple(move.inputs[1:]))
+        end = fused.moved_output
+        end.inputs.clear()
+        cast = gs.Node("Cast", emitter.node_name(f"{name}/Cast_out"), {"to": fused.output_cast})
+        cast.inputs, cast.outputs = [moved], [end]
+        emitter.graph.nodes.append(cast)
     outputs = [output]
     for index, tensor in fused.extra_outputs:
         used = tensor in emitter.graph.outputs or any(
@@ -435,6 +448,29 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     emitter.graph.nodes.append(
         gs.Node(fused.op, name, dict(fused.attrs), inputs, outputs, domain=fused.domain)
     )
+
+
+def _output_moves(fused: FusedNode, root: gs.Tensor, graph_outputs: set[str]) -> tuple:
+    """For a float16 norm fused as the float32 kernel between Casts (nothing else after it):
+    the value-moving nodes (Reshape, Transpose, ...) that alone read its result, one after the
+    other, none of whose outputs but the last is a graph output. ONNX Runtime's CPU provider runs
+    such moves in float32 between float32 ops, so the original never rounds the result there;
+    moved in float32 and cast where the moves end, neither does the fused model (the input
+    side: `norm_checks.float16_input_moves`). Under ONNX's semantics the same values: a move
+    commutes with a Cast."""
+    widened = fused.input_cast is not None and fused.output_cast is not None
+    plain = fused.layout is None and fused.grouping is None and fused.scale_after is None
+    if not (widened and plain and all(value is None for value in fused.after_cast)):
+        return ()
+    moves, tensor = [], root
+    while len(tensor.outputs) == 1 and tensor.name not in graph_outputs:
+        node = tensor.outputs[0]
+        data_only = node.inputs[0] is tensor and all(t is not tensor for t in node.inputs[1:])
+        if node.op not in LIFTABLE or len(node.outputs) != 1 or not data_only:
+            break
+        moves.append(node)
+        tensor = node.outputs[0]
+    return tuple(moves)
 
 
 class _NameRegistry:

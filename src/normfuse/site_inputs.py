@@ -39,12 +39,14 @@ def isolate(
     """The site cut out of both models, or why it could not be (`types`: those of the site's
     scope, a function's own for a site inside a model-local function)."""
     feeds = site_feeds(site, types, dims, seed)
-    output_type = types.get(site.output, (None,))[0]
+    moved = site.fused.moved_output  # the fused model's result is cast where its moves end
+    output = site.output if moved is None else moved.name
+    output_type = types.get(output, (None,))[0]
     if feeds is None or output_type is None:
         return "input or output type unknown"
     inputs = {name: (types[name][0], list(value.shape)) for name, value in feeds.items()}
-    before = extract(original, inputs, site.output, output_type, base_dir, site.function)
-    after = extract(candidate, inputs, site.output, output_type, base_dir, site.function)
+    before = extract(original, inputs, output, output_type, base_dir, site.function)
+    after = extract(candidate, inputs, output, output_type, base_dir, site.function)
     if before is None or after is None:
         return "could not isolate the site"
     return IsolatedSite(before, after, feeds)
