@@ -462,6 +462,8 @@ def _output_moves(fused: FusedNode, root: gs.Tensor, graph_outputs: set[str]) ->
     plain = fused.layout is None and fused.grouping is None and fused.scale_after is None
     if not (widened and plain and all(value is None for value in fused.after_cast)):
         return ()
+    if root.inputs and root.inputs[0].op == "Cast":
+        return ()  # the model's own Cast back rounds the result there: so does the fused one
     moves, tensor = [], root
     while len(tensor.outputs) == 1 and tensor.name not in graph_outputs:
         node = tensor.outputs[0]
