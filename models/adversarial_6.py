@@ -55,10 +55,9 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a6_inorm_g4_target_concat_symbolic": ("ADV6-03", BOTH),
     # ADV6-04 (a GroupNormalization-21 node downstream of another was `unsupported-dtype`) was
     # fixed on main (types derived through GroupNormalization); its cases guard the fix.
-    # missed under --validate / wrong reason: a site --validate cannot compare alone (a
-    # GroupNormalization-21 in a function: "input or output type unknown"; the float16 gated
-    # norm: "could not isolate the site") is rolled back `failed-validation` ("the fused node
-    # differed from the subgraph when run alone"), though it was never run alone.
+    # missed under --validate: a site --validate cannot compare alone (a GroupNormalization-21
+    # in a function: "input or output type unknown") is rolled back `failed-validation`. Its
+    # detail now says it could not be checked alone (it said "differed"); the rollback stays.
     "a6_gn21_in_function": ("ADV6-05", ("validate",)),
     # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
     # channels split into groups) are `not-channel-groups`, not fused nor `group-statistics-axes`.

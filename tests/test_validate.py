@@ -408,3 +408,16 @@ def test_models_with_other_inputs_are_named_plainly(tmp_path: Path, capsys) -> N
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "[" not in error
     assert f"{first.graph.input[0].name} in the original, renamed in the candidate" in error
+
+
+def test_a_site_validate_cannot_run_alone_says_so() -> None:
+    """A site --validate could not isolate is left decomposed (not proved), and the near-miss
+    says it was not checked, not that it differed (adversary 6, ADV6-05)."""
+    from models.adversarial_6 import CASES as SIXTH
+
+    case = next(case for case in SIXTH if case.name == "a6_gn21_in_function")
+    result = normfuse.optimize(case.build(), validation=normfuse.ValidationOptions())
+    misses = [miss for miss in result.report.near_misses if miss.reason == "failed-validation"]
+    assert result.report.sites == [] and len(misses) == 1
+    assert "could not check the site alone" in misses[0].detail
+    assert "differed" not in misses[0].detail

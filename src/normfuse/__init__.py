@@ -133,7 +133,11 @@ def optimize(
     )
     failed = sorted(check.output for check in checks if not check.passed)
     if failed:
-        excluded |= {output: ("failed-validation", _FAILED_DETAIL) for output in failed}
+        excluded |= {
+            check.output: ("failed-validation", _failed_detail(check))
+            for check in checks
+            if not check.passed
+        }
         result = rewrite_excluding(excluded)
     report = validate_module.compare_models(
         loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
@@ -143,7 +147,12 @@ def optimize(
     return result
 
 
-_FAILED_DETAIL = "the fused node differed from the subgraph when run alone; left decomposed"
+def _failed_detail(check: validate_module.SiteCheck) -> str:
+    """Why `--validate` left a site decomposed: it differed when run alone, or it could not be
+    run alone (never compared: not proved, so not kept)."""
+    if check.comparison is None:
+        return f"--validate could not check the site alone ({check.note}); left decomposed"
+    return "the fused node differed from the subgraph when run alone; left decomposed"
 
 
 def _optimize(
