@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, numpy_helper
 
 TOLERANCES = {np.float16: (1e-2, 1e-2), np.float32: (1e-4, 1e-4), np.float64: (1e-6, 1e-6)}
@@ -129,3 +130,18 @@ def compare(originals, candidates, dtype, references=None, loosest: bool = False
                 f"output {index}: max abs diff {value:.3g}, {nan_mismatch} NaN/Inf mismatches"
             )
     return Comparison(not details, worst, "; ".join(details))
+
+
+def case_config_params(cases, findings: dict, doc: str) -> list:
+    """One pytest param per case and configuration of a corpus whose cases name their
+    configurations (`case.configs`), strict xfail where `findings` (name -> (finding id,
+    configurations)) says the case fails in that configuration (described in `doc`)."""
+    params = []
+    for case in cases:
+        finding, failing = findings.get(case.name, ("", ()))
+        for config in case.configs:
+            marks = []
+            if config in failing:
+                marks.append(pytest.mark.xfail(strict=True, reason=f"{finding} ({doc})"))
+            params.append(pytest.param(case.name, config, marks=marks, id=f"{case.name}-{config}"))
+    return params

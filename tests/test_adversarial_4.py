@@ -16,7 +16,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from adversarial_harness import compare, float64_model, narrowest_float, session
+from adversarial_harness import (
+    case_config_params,
+    compare,
+    float64_model,
+    narrowest_float,
+    session,
+)
 from onnx import numpy_helper
 from test_adversarial import _check_expectation, _interface
 
@@ -28,19 +34,6 @@ BY_NAME = {c.name: c for c in CASES}
 # What the fused nodes may add: a float32 ones-scale or a widened float16 parameter per site.
 GROWTH_BYTES = 2048
 RATIO = 1.10
-
-
-def _params():
-    params = []
-    for c in CASES:
-        for config in c.configs:
-            marks = []
-            finding, configs = FINDINGS.get(c.name, ("", ()))
-            if config in configs:
-                reason = f"{finding} (docs/adversary4-findings.md)"
-                marks.append(pytest.mark.xfail(strict=True, reason=reason))
-            params.append(pytest.param(c.name, config, marks=marks, id=f"{c.name}-{config}"))
-    return params
 
 
 @functools.cache
@@ -284,7 +277,9 @@ def check(case: Case4, config: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize(("name", "config"), _params())
+@pytest.mark.parametrize(
+    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/adversary4-findings.md")
+)
 def test_adversarial_4_case(name: str, config: str) -> None:
     problems = check(BY_NAME[name], config)
     assert not problems, f"{name} [{BY_NAME[name].feature}] {config}:\n" + "\n".join(problems)

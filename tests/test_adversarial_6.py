@@ -17,7 +17,13 @@ import functools
 import numpy as np
 import onnx
 import pytest
-from adversarial_harness import compare, float64_model, narrowest_float, session
+from adversarial_harness import (
+    case_config_params,
+    compare,
+    float64_model,
+    narrowest_float,
+    session,
+)
 from test_adversarial import _interface
 from test_adversarial_4 import (
     _allowance,
@@ -32,19 +38,6 @@ from models.adversarial import feed_sets
 from models.adversarial_6 import CASES, CONFIGS, FINDINGS, Case6, extra_feeds, symbolic_inputs
 
 BY_NAME = {c.name: c for c in CASES}
-
-
-def _params():
-    params = []
-    for c in CASES:
-        for config in c.configs:
-            marks = []
-            finding, configs = FINDINGS.get(c.name, ("", ()))
-            if config in configs:
-                reason = f"{finding} (docs/adversary6-findings.md)"
-                marks.append(pytest.mark.xfail(strict=True, reason=reason))
-            params.append(pytest.param(c.name, config, marks=marks, id=f"{c.name}-{config}"))
-    return params
 
 
 @functools.cache
@@ -176,7 +169,9 @@ def check(c: Case6, config: str) -> list[str]:
     return problems + _expectation(c, result.report)
 
 
-@pytest.mark.parametrize(("name", "config"), _params())
+@pytest.mark.parametrize(
+    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/adversary6-findings.md")
+)
 def test_adversarial_6_case(name: str, config: str) -> None:
     problems = check(BY_NAME[name], config)
     assert not problems, f"{name} [{BY_NAME[name].feature}] {config}:\n" + "\n".join(problems)

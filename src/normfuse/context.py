@@ -32,7 +32,8 @@ class SkipChoice(Protocol):
 
 
 class SkipFormChooser(Protocol):
-    """What checks ask of `forms.FormChooser`: its provider, and the `Skip*` decision."""
+    """What the driver and checks ask of `forms.FormChooser`: its provider (checks), and the
+    `Skip*` decision (the driver, after the checks: `rewrite._timed_form`)."""
 
     provider: str
 
