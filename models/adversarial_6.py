@@ -23,7 +23,7 @@ import onnx
 from onnx import helper
 
 from models.adversarial import FUSE, KEEP, Expect
-from models.adversarial_build import F16, NP, F, G, ln, model, normalise
+from models.adversarial_build import F16, NP, F, G, body, ln, model, normalise
 
 # "validate": --validate (normfuse.ValidationOptions with the case's symbolic dims at 2, added
 # by the test); "skip": the default passes plus skip-norm (Gemma 3's residual sums).
@@ -1915,6 +1915,390 @@ def _overridable_cases() -> None:
         )
 
 
+# ================================================================ feature 7: float16 norms and moves
+
+H16 = 16
+
+
+def _n16(g: G, x: str, kind: str, shape) -> str:
+    """A float16 norm of `x` (shape `shape`) over its last axis: `ln` layer norm with affine,
+    `rms` RMS norm with a weight."""
+    if kind == "ln":
+        return ln(g, x, shape=shape)
+    return g.op("Mul", [_rms_stats(g, x), g.init(g.random((shape[-1],)), g.fresh("w"))])
+
+
+def _f16_case(body, inputs, outputs, opset=18):
+    """A float16 model: `body(g)` appends nodes that read the named inputs and write the named
+    outputs."""
+
+    def build():
+        g = G(opset=opset, seed=7, dtype=np.float16)
+        body(g)
+        return model(g, inputs, outputs)
+
+    return build
+
+
+X = [("x", F16, (2, 6, H16))]
+Y = [("y", F16, (2, 6, H16))]
+
+
+def _b_reshape(kind):
+    def body(g):
+        r = g.op("Reshape", ["x", _i64(g, [2, 3, 2, H16])])
+        n = _n16(g, r, kind, (2, 3, 2, H16))
+        g.op("Reshape", [n, _i64(g, [2, 6, H16])], "y")
+
+    return body
+
+
+def _b_transpose(kind):
+    def body(g):
+        t = g.op("Transpose", ["x"], perm=[1, 0, 2])
+        n = _n16(g, t, kind, (6, 2, H16))
+        g.op("Transpose", [n], "y", perm=[1, 0, 2])
+
+    return body
+
+
+def _b_moved_used_before(g):
+    r = g.op("Reshape", ["x", _i64(g, [12, H16])])
+    n = _n16(g, r, "ln", (12, H16))
+    g.op("Reshape", [n, _i64(g, [2, 6, H16])], "y")
+    g.op("Add", [r, g.init(np.float16(1.5))], "y2")
+
+
+def _b_moved_used_after(g):
+    r = g.op("Reshape", ["x", _i64(g, [12, H16])])
+    n = _n16(g, r, "rms", (12, H16))
+    g.op("Reshape", [g.op("Add", [n, r]), _i64(g, [2, 6, H16])], "y")
+
+
+def _b_result_two_consumers(g):
+    n = _n16(g, g.op("Transpose", ["x"], perm=[1, 0, 2]), "ln", (6, 2, H16))
+    g.op("Transpose", [n], "y", perm=[1, 0, 2])
+    g.op("Mul", [n, g.init(np.float16(3.0))], "y2")
+
+
+def _b_mid_output_in(g):
+    r = g.op("Reshape", ["x", _i64(g, [2, 3, 2, H16])], "mid")
+    t = g.op("Transpose", [r], perm=[1, 0, 2, 3])
+    n = _n16(g, t, "ln", (3, 2, 2, H16))
+    g.op("Reshape", [g.op("Transpose", [n], perm=[1, 0, 2, 3]), _i64(g, [2, 6, H16])], "y")
+
+
+def _b_mid_output_out(g):
+    n = _n16(g, "x", "rms", (2, 6, H16))
+    r = g.op("Reshape", [n, _i64(g, [12, H16])], "mid")
+    g.op("Unsqueeze", [r, _i64(g, [0])], "y")
+
+
+def _b_gather_data_out(g):
+    n = _n16(g, "x", "ln", (2, 6, H16))
+    g.op("Gather", [n, _i64(g, [5, 0, -1, 2])], "y", axis=1)
+
+
+def _b_gather_data_in(g):
+    x = g.op("Gather", ["x", _i64(g, [3, 3, 1, -6])], axis=1)
+    g.op("Identity", [_n16(g, x, "rms", (2, 4, H16))], "y")
+
+
+def _b_gather_runtime_idx(g):
+    lead = g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [0]), _i64(g, [1])])
+    idx = g.op("Sub", [lead, _i64(g, [1, 2, 1])])
+    x = g.op("Gather", ["x", idx], axis=0)
+    n = _n16(g, x, "ln", (3, 6, H16))
+    g.op("Gather", [n, idx], "y", axis=0)
+
+
+def _b_gather_indices_side(g):
+    n = _n16(g, "x", "ln", (2, 6, H16))
+    idx = g.op("Cast", [g.op("Mul", [n, g.init(np.float16(2.0))])], to=onnx.TensorProto.INT64)
+    table = g.init(g.random((32, 4)), g.fresh("table"))
+    g.op("Gather", [table, idx], "y", axis=0)
+
+
+def _b_cast_up(g):
+    n = _n16(g, "x", "ln", (2, 6, H16))
+    g.op("Cast", [g.op("Transpose", [n], perm=[0, 2, 1])], "y", to=F)
+
+
+def _b_expand_runtime(side):
+    def body(g):
+        s = g.op("Shape", ["z"])
+        if side == "in":
+            e = g.op("Expand", ["x", s])
+            g.op("Identity", [_n16(g, e, "ln", (2, 6, H16))], "y")
+        else:
+            g.op("Expand", [_n16(g, "x", "ln", (1, 6, H16)), s], "y")
+
+    return body
+
+
+def _b_tile_runtime(side):
+    def body(g):
+        lead = g.op("Slice", [g.op("Shape", ["z"]), _i64(g, [0]), _i64(g, [1])])
+        reps = g.op("Concat", [lead, _i64(g, [1, 1])], axis=0)
+        if side == "in":
+            g.op("Identity", [_n16(g, g.op("Tile", ["x", reps]), "rms", (2, 6, H16))], "y")
+        else:
+            g.op("Tile", [_n16(g, "x", "rms", (1, 6, H16)), reps], "y")
+
+    return body
+
+
+def _b_slice_neg(where):
+    def body(g):
+        args = [_i64(g, [-1]), _i64(g, [-100]), _i64(g, [where]), _i64(g, [-1])]
+        if where == -1:
+            s = g.op("Slice", ["x", *args])
+            g.op("Identity", [_n16(g, s, "ln", (2, 6, H16))], "y")
+        else:
+            n = _n16(g, "x", "ln", (2, 6, H16))
+            args = [_i64(g, [-1]), _i64(g, [-100]), _i64(g, [1]), _i64(g, [-2])]
+            g.op("Slice", [n, *args], "y")
+
+    return body
+
+
+def _b_chain_in(g):
+    u = g.op("Unsqueeze", ["x", _i64(g, [0])])
+    t = g.op("Transpose", [u], perm=[0, 2, 1, 3])
+    f = g.op("Flatten", [t], axis=3)
+    s = g.op("Reshape", [f, _i64(g, [6, 2, H16])])
+    n = _n16(g, s, "ln", (6, 2, H16))
+    g.op("Transpose", [n], "y", perm=[1, 0, 2])
+
+
+def _b_chain_out(g):
+    n = _n16(g, "x", "rms", (2, 6, H16))
+    i = g.op("Identity", [n])
+    t = g.op("Transpose", [i], perm=[1, 0, 2])
+    r = g.op("Reshape", [t, _i64(g, [6, 2, 4, 4])])
+    g.op("Squeeze", [g.op("Unsqueeze", [r, _i64(g, [0])]), _i64(g, [0])], "y")
+
+
+def _b_if_branch(g):
+    b = G("then_", opset=18, seed=3, dtype=np.float16)
+    r = b.op("Reshape", ["x", _i64(b, [12, H16])])
+    b.op("Reshape", [_n16(b, r, "ln", (12, H16)), _i64(b, [2, 6, H16])], "then_y")
+    e = G("else_", opset=18, dtype=np.float16)
+    e.op("Identity", ["x"], "else_y")
+    then = body(b, [], [("then_y", F16, (2, 6, H16))])
+    other = body(e, [], [("else_y", F16, (2, 6, H16))])
+    g.op("If", ["cond"], "y", then_branch=then, else_branch=other)
+
+
+def _b_loop_body(g):
+    b = G("loop_", opset=18, seed=5, dtype=np.float16)
+    t = b.op("Transpose", ["x"], perm=[1, 0, 2])
+    n = _n16(b, t, "rms", (6, 2, H16))
+    b.op("Transpose", [n], "loop_out", perm=[1, 0, 2])
+    b.op("Identity", ["loop_c"], "loop_c_out")
+    loop = body(
+        b,
+        [("loop_i", onnx.TensorProto.INT64, ()), ("loop_c", onnx.TensorProto.BOOL, ())],
+        [("loop_c_out", onnx.TensorProto.BOOL, ()), ("loop_out", F16, (2, 6, H16))],
+    )
+    trips = _i64(g, 1)
+    keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
+    g.op("Loop", [trips, keep], "ys", body=loop)
+    g.op("Squeeze", ["ys", _i64(g, [0])], "y")
+
+
+def _b_source(op):
+    def body(g):
+        if op == "matmul":
+            h = g.op("MatMul", ["x", g.init(g.random((H16, H16), -0.3, 0.3), g.fresh("wm"))])
+        elif op == "mul":
+            h = g.op("Mul", ["x", "z"])
+        elif op == "add":
+            h = g.op("Add", ["x", "z"])
+        elif op == "softmax":
+            h = g.op("Softmax", ["x"], axis=-1)
+        else:
+            h = g.op("Sigmoid", ["x"])
+        r = g.op("Reshape", [h, _i64(g, [2, 3, 2, H16])])
+        n = _n16(g, r, "ln", (2, 3, 2, H16))
+        g.op("Reshape", [n, _i64(g, [2, 6, H16])], "y")
+
+    return body
+
+
+def _b_symbolic(g):
+    r = g.op("Reshape", ["x", _i64(g, [0, 0, 2, 8])])
+    n = _n16(g, r, "rms", (2, 6, 2, 8))
+    g.op("Reshape", [n, _i64(g, [0, 0, H16])], "y")
+
+
+def _b_overflow(g):
+    big = g.op("Mul", [g.op("Mul", ["x", g.init(np.float16(1e3))]), g.init(np.float16(1e3))])
+    t = g.op("Transpose", [big], perm=[1, 0, 2])
+    g.op("Transpose", [_n16(g, t, "ln", (6, 2, H16))], "y", perm=[1, 0, 2])
+
+
+def _b_square_overflow(g):
+    big = g.op("Mul", ["x", g.init(np.float16(300.0))])
+    r = g.op("Reshape", [big, _i64(g, [12, H16])])
+    g.op("Reshape", [_n16(g, r, "rms", (12, H16)), _i64(g, [2, 6, H16])], "y")
+
+
+def _b_concat_out(where):
+    def body(g):
+        n = _n16(g, "x", "ln", (2, 6, H16))
+        if where == "direct":
+            g.op("Concat", [n, "x"], "y", axis=-1)
+        else:
+            r = g.op("Reshape", [n, _i64(g, [2, 6, 2, 8])])
+            g.op("Concat", [r, r], "y", axis=-1)
+
+    return body
+
+
+def _b_in_refused(op):
+    def body(g):
+        if op == "concat":
+            h = g.op("Concat", ["x", "x"], axis=1)
+            shape = (2, 12, H16)
+        elif op == "pad":
+            h = g.op("Pad", ["x", _i64(g, [0, 1, 0, 0, 1, 0])])
+            shape = (2, 8, H16)
+        else:
+            h = g.op("Split", ["x", _i64(g, [2, 4])], axis=1)
+            g.nodes[-1].output.append(g.fresh("rest"))
+            shape = (2, 2, H16)
+        n = _n16(g, h, "ln", shape)
+        g.op("ReduceSum", [n, _i64(g, [1])], "y", keepdims=1)
+
+    return body
+
+
+def _b_back_to_back(g):
+    a = _n16(g, "x", "ln", (2, 6, H16))
+    r = g.op("Reshape", [a, _i64(g, [2, 6, 2, 8])])
+    b = _n16(g, r, "rms", (2, 6, 2, 8))
+    g.op("Reshape", [b, _i64(g, [2, 6, H16])], "y")
+
+
+def _b_group_norm(g):
+    r = g.op("Reshape", ["x", _i64(g, [2, 4, 18])])
+    n = ln(g, r, gamma=None, beta=None, shape=(2, 4, 18))
+    y = g.op("Reshape", [n, g.op("Shape", ["x"])])
+    y = g.op("Mul", [y, g.init(g.random((8, 1, 1)))])
+    g.op("Add", [g.op("Transpose", [y], perm=[0, 1, 3, 2]), g.init(g.random((8, 1, 1)))], "y")
+
+
+def _b_space_to_depth(g):
+    s = g.op("SpaceToDepth", ["x"], blocksize=2)
+    t = g.op("Transpose", [s], perm=[0, 2, 3, 1])
+    g.op("Identity", [_n16(g, t, "ln", (1, 2, 2, H16))], "y")
+
+
+def _b_runtime_reshape(g):
+    last = g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [2]), _i64(g, [3])])
+    r = g.op("Reshape", ["x", g.op("Concat", [_i64(g, [-1]), last], axis=0)])
+    g.op("Identity", [_n16(g, r, "ln", (12, H16))], "y")
+
+
+def _b_input_is_output(g):
+    t = g.op("Transpose", ["x"], "t", perm=[1, 0, 2])
+    n = _n16(g, t, "rms", (6, 2, H16))
+    g.op("Transpose", [n], "y", perm=[1, 0, 2])
+    g.op("Identity", [n], "y2")
+
+
+def _feature7() -> None:
+    z = [("z", F16, (2, 6, H16))]
+    y2 = [("y2", F16, (2, 6, H16))]
+    y2t = [("y2", F16, (6, 2, H16))]
+    LNF, RMSF = FUSE("layer-norm"), FUSE("rms-norm")
+    items = [
+        ("reshape_ln", "Reshape -> LN -> Reshape back", _b_reshape("ln"), X, Y, LNF),
+        ("reshape_rms", "Reshape -> RMS -> Reshape back", _b_reshape("rms"), X, Y, RMSF),
+        ("transpose_ln", "Transpose -> LN -> Transpose", _b_transpose("ln"), X, Y, LNF),
+        ("transpose_rms", "Transpose -> RMS -> Transpose", _b_transpose("rms"), X, Y, RMSF),
+        ("moved_used_before", "the Reshaped x also feeds an Add output", _b_moved_used_before,
+         X, [*Y, ("y2", F16, (12, H16))], LNF),
+        ("moved_used_after", "RMS(Reshape(x)) + Reshape(x) (residual with the moved x)",
+         _b_moved_used_after, X, Y, RMSF),
+        ("result_two_consumers", "the norm result feeds a Transpose and a Mul output",
+         _b_result_two_consumers, X, [*Y, *y2t], LNF),
+        ("mid_output_in", "Reshape's result (before a Transpose and the norm) is a graph output",
+         _b_mid_output_in, X, [*Y, ("mid", F16, (2, 3, 2, H16))], LNF),
+        ("mid_output_out", "Reshape of the RMS result is a graph output, then Unsqueeze",
+         _b_mid_output_out, X, [("y", F16, (1, 12, H16)), ("mid", F16, (12, H16))], RMSF),
+        ("gather_data_out", "Gather(LN(x), [5, 0, -1, 2]) on axis 1", _b_gather_data_out, X,
+         [("y", F16, (2, 4, H16))], LNF),
+        ("gather_data_in", "RMS(Gather(x, [3, 3, 1, -6]))", _b_gather_data_in, X,
+         [("y", F16, (2, 4, H16))], RMSF),
+        ("gather_runtime_idx", "Gather with runtime indices (Shape(x)[0] - [1, 2, 1]) before and after the LN",
+         _b_gather_runtime_idx, X, [("y", F16, (3, 6, H16))], LNF),
+        ("gather_indices_side", "Cast(2 * LN(x), int64) as the indices of a Gather",
+         _b_gather_indices_side, X, [("y", F16, (2, 6, H16, 4))], LNF),
+        ("cast_up_after_move", "Cast(Transpose(LN(x)), float32): a float16 rounding to keep",
+         _b_cast_up, X, [("y", F, (2, H16, 6))], LNF),
+        ("expand_runtime_in", "LN(Expand(x, Shape(z)))", _b_expand_runtime("in"),
+         [("x", F16, (1, 6, H16)), *z], Y, LNF),
+        ("expand_runtime_out", "Expand(LN(x), Shape(z))", _b_expand_runtime("out"),
+         [("x", F16, (1, 6, H16)), *z], Y, LNF),
+        ("tile_runtime_in", "RMS(Tile(x, [Shape(z)[0], 1, 1]))", _b_tile_runtime("in"),
+         [("x", F16, (1, 6, H16)), *z], Y, RMSF),
+        ("tile_runtime_out", "Tile(RMS(x), [Shape(z)[0], 1, 1])", _b_tile_runtime("out"),
+         [("x", F16, (1, 6, H16)), *z], Y, RMSF),
+        ("slice_neg_step_norm_axis", "LN(x[..., ::-1]) (the normalised axis reversed)",
+         _b_slice_neg(-1), X, Y, LNF),
+        ("slice_neg_step_out", "LN(x)[:, ::-2]", _b_slice_neg(1), X, [("y", F16, (2, 3, H16))],
+         LNF),
+        ("chain4_in", "Unsqueeze -> Transpose -> Flatten -> Reshape -> LN -> Transpose",
+         _b_chain_in, X, Y, LNF),
+        ("chain4_out", "RMS -> Identity -> Transpose -> Reshape -> Unsqueeze -> Squeeze",
+         _b_chain_out, X, [("y", F16, (6, 2, 4, 4))], RMSF),
+        ("if_branch", "Reshape -> LN -> Reshape in an If branch reading the outer x",
+         _b_if_branch, [*X, ("cond", onnx.TensorProto.BOOL, ())], Y, LNF),
+        ("loop_body", "Transpose -> RMS -> Transpose in a Loop body reading the outer x",
+         _b_loop_body, X, Y, RMSF),
+        ("source_matmul", "x @ W -> Reshape -> LN -> Reshape", _b_source("matmul"), X, Y, LNF),
+        ("source_mul", "x * z -> Reshape -> LN -> Reshape", _b_source("mul"), [*X, *z], Y, LNF),
+        ("source_add", "x + z -> Reshape -> LN -> Reshape", _b_source("add"), [*X, *z], Y, LNF),
+        ("source_softmax", "Softmax(x) -> Reshape -> LN -> Reshape", _b_source("softmax"), X, Y,
+         LNF),
+        ("source_sigmoid", "Sigmoid(x) -> Reshape -> LN -> Reshape", _b_source("sigmoid"), X, Y,
+         LNF),
+        ("symbolic", "symbolic [b, s, 16]: Reshape [0, 0, 2, 8] -> RMS -> Reshape back",
+         _b_symbolic, [("x", F16, ("b", "s", H16))], [("y", F16, ("b", "s", H16))], RMSF),
+        ("overflow_1e6", "LN(Transpose(x * 1e3 * 1e3)): inf in float16 before the norm",
+         _b_overflow, X, Y, FUSE_OR("layer-norm", "float16-rounding")),
+        ("square_overflow", "RMS(Reshape(300 x)): x^2 overflows float16 inside the norm",
+         _b_square_overflow, X, Y, FUSE_OR("rms-norm", "float16-rounding")),
+        ("concat_out_direct", "Concat(LN(x), x)", _b_concat_out("direct"), X,
+         [("y", F16, (2, 6, 2 * H16))], LNF),
+        ("concat_out_after_reshape", "Concat(Reshape(LN(x)), same)", _b_concat_out("reshape"), X,
+         [("y", F16, (2, 6, 2, H16))], LNF),
+        ("concat_in", "LN(Concat(x, x))", _b_in_refused("concat"), X,
+         [("y", F16, (2, 1, H16))], FUSE_OR("layer-norm", "float16-rounding")),
+        ("pad_in", "LN(Pad(x))", _b_in_refused("pad"), X, [("y", F16, (2, 1, H16))],
+         FUSE_OR("layer-norm", "float16-rounding")),
+        ("split_in", "LN(Split(x)[0])", _b_in_refused("split"), X, [("y", F16, (2, 1, H16))],
+         FUSE_OR("layer-norm", "float16-rounding")),
+        ("back_to_back", "LN -> Reshape -> RMS -> Reshape", _b_back_to_back, X, Y,
+         FUSE("layer-norm", rms_norm=1)),
+        ("group_norm", "hand-written group norm (Reshape, LN, Reshape Shape(x)), Transpose, bias",
+         _b_group_norm, [("x", F16, (2, 8, 3, 3))], [("y", F16, (2, 8, 3, 3))],
+         FUSE("group-norm")),
+        ("space_to_depth", "LN(Transpose(SpaceToDepth(x)))", _b_space_to_depth,
+         [("x", F16, (1, 4, 4, 4))], [("y", F16, (1, 2, 2, H16))],
+         FUSE_OR("layer-norm", "float16-rounding")),
+        ("runtime_reshape", "LN(Reshape(x, Concat([-1], Shape(x)[2:3])))", _b_runtime_reshape,
+         X, [("y", F16, (12, H16))],
+         FUSE_OR("layer-norm", "unknown-shape")),
+        ("moved_input_is_output", "Transpose(x) is a graph output; RMS result also Identity'd out",
+         _b_input_is_output, X, [*Y, ("t", F16, (6, 2, H16)), *y2t], RMSF),
+    ]
+    for name, statement, fn, inputs, outputs, expect in items:
+        case(f"a7_{name}", "7", statement, _f16_case(fn, inputs, outputs), expect)
+
+
 for _group in (
     _feature1,
     _feature2,
@@ -1924,6 +2308,7 @@ for _group in (
     _feature6,
     _overridable_cases,
     _gn_decomposed_cases,
+    _feature7,
 ):
     _group()
 
