@@ -70,6 +70,37 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # ADV6-08 (a hand-written group norm in float16 throughout, 1.3x further from float64) was
     # fixed on main the same way for 32-element groups; 512-element groups stay further.
     "a6_gn_decomposed_float16_pure_wide": ("ADV6-08", BOTH),
+    # Adversary 7 (feature 7: float16 norms next to value moves; docs/adversary6-findings.md).
+    # missed (float32 too): Reshape -> layer norm over the last axis -> Reshape back is taken
+    # for a group norm and refused `not-channel-groups`; not fused as a layer norm.
+    "a7_reshape_ln": ("ADV7-01", BOTH),
+    "a7_moved_used_before": ("ADV7-01", BOTH),
+    "a7_if_branch": ("ADV7-01", BOTH),
+    # missed: a float16 norm reading the first one's fused output through a Reshape is
+    # `unknown-dtype` (the new tensor between the fused node and its Cast has no type).
+    "a7_back_to_back": ("ADV7-02", BOTH),
+    # missed under --validate: the norm's float16 input computed by an op (MatMul, Mul, Add,
+    # Softmax, Sigmoid) is rolled back: "the site could not be run alone: IndexError".
+    "a7_source_matmul": ("ADV7-03", ("validate",)),
+    "a7_source_mul": ("ADV7-03", ("validate",)),
+    "a7_source_mul_const": ("ADV7-03", ("validate",)),
+    "a7_source_add": ("ADV7-03", ("validate",)),
+    "a7_source_softmax": ("ADV7-03", ("validate",)),
+    "a7_source_sigmoid": ("ADV7-03", ("validate",)),
+    "a7_overflow_1e6": ("ADV7-03", ("validate",)),
+    "a7_square_overflow": ("ADV7-03", ("validate",)),
+    # missed under --validate: output moves with runtime shapes or indices (Expand / Tile by
+    # Shape(z), Gather by computed indices) and the float16 hand-written group norm: "could not
+    # isolate the site".
+    "a7_gather_runtime_idx": ("ADV7-04", ("validate",)),
+    "a7_expand_runtime_out": ("ADV7-04", ("validate",)),
+    "a7_tile_runtime_out": ("ADV7-04", ("validate",)),
+    "a7_group_norm": ("ADV7-04", ("validate",)),
+    # wrong reason (float32 too): LN over Transpose(SpaceToDepth(x)) is `unknown-rank`.
+    "a7_space_to_depth": ("ADV7-05", BOTH),
+    # F64-RATIO: the LN result also read by Shape keeps its Cast at the node; the model is
+    # 1.17-1.41x further from float64 than the original on every random profile.
+    "a7_shape_of_result": ("ADV7-06", BOTH),
 }
 
 
@@ -1915,7 +1946,7 @@ def _overridable_cases() -> None:
         )
 
 
-# ================================================================ feature 7: float16 norms and moves
+# ========================================================= feature 7: float16 norms and moves
 
 H16 = 16
 
@@ -2079,10 +2110,14 @@ def _b_chain_out(g):
     g.op("Squeeze", [g.op("Unsqueeze", [r, _i64(g, [0])]), _i64(g, [0])], "y")
 
 
-def _b_if_branch(g):
+def _b_if_branch(g, split=True):
     b = G("then_", opset=18, seed=3, dtype=np.float16)
-    r = b.op("Reshape", ["x", _i64(b, [12, H16])])
-    b.op("Reshape", [_n16(b, r, "ln", (12, H16)), _i64(b, [2, 6, H16])], "then_y")
+    if split:
+        r = b.op("Reshape", ["x", _i64(b, [12, H16])])
+        b.op("Reshape", [_n16(b, r, "ln", (12, H16)), _i64(b, [2, 6, H16])], "then_y")
+    else:
+        t = b.op("Transpose", ["x"], perm=[1, 0, 2])
+        b.op("Transpose", [_n16(b, t, "ln", (6, 2, H16))], "then_y", perm=[1, 0, 2])
     e = G("else_", opset=18, dtype=np.float16)
     e.op("Identity", ["x"], "else_y")
     then = body(b, [], [("then_y", F16, (2, 6, H16))])
@@ -2117,11 +2152,12 @@ def _b_source(op):
             h = g.op("Add", ["x", "z"])
         elif op == "softmax":
             h = g.op("Softmax", ["x"], axis=-1)
+        elif op == "mul_const":
+            h = g.op("Mul", ["x", g.init(np.float16(2.0))])
         else:
             h = g.op("Sigmoid", ["x"])
-        r = g.op("Reshape", [h, _i64(g, [2, 3, 2, H16])])
-        n = _n16(g, r, "ln", (2, 3, 2, H16))
-        g.op("Reshape", [n, _i64(g, [2, 6, H16])], "y")
+        t = g.op("Transpose", [h], perm=[1, 0, 2])
+        g.op("Transpose", [_n16(g, t, "ln", (6, 2, H16))], "y", perm=[1, 0, 2])
 
     return body
 
@@ -2208,9 +2244,64 @@ def _b_input_is_output(g):
     g.op("Identity", [n], "y2")
 
 
+def _b_branch_reads(side, op="If"):
+    """The norm in the outer graph; a subgraph (If branch or Loop body) reads the moved input
+    (`side` in) or the norm's result (out) from the outer scope."""
+
+    def build(g):
+        t = g.op("Transpose", ["x"], perm=[1, 0, 2])
+        n = _n16(g, t, "ln", (6, 2, H16))
+        g.op("Transpose", [n], "y", perm=[1, 0, 2])
+        read = t if side == "in" else n
+        b = G("sub_", opset=18, seed=9, dtype=np.float16)
+        b.op("Add", [read, b.init(np.float16(0.5))], "sub_out")
+        if op == "If":
+            e = G("else_", opset=18, dtype=np.float16)
+            e.op("Identity", [read], "else_out")
+            then = body(b, [], [("sub_out", F16, (6, 2, H16))])
+            other = body(e, [], [("else_out", F16, (6, 2, H16))])
+            g.op("If", ["cond"], "y2", then_branch=then, else_branch=other)
+            return
+        b.op("Identity", ["sub_c"], "sub_c_out")
+        loop = body(
+            b,
+            [("sub_i", onnx.TensorProto.INT64, ()), ("sub_c", onnx.TensorProto.BOOL, ())],
+            [("sub_c_out", onnx.TensorProto.BOOL, ()), ("sub_out", F16, (6, 2, H16))],
+        )
+        keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
+        ys = g.op("Loop", [_i64(g, 1), keep], body=loop)
+        g.op("Squeeze", [ys, _i64(g, [0])], "y2")
+
+    return build
+
+
+def _b_shared_moved(g):
+    t = g.op("Transpose", ["x"], perm=[1, 0, 2])
+    a = _n16(g, t, "ln", (6, 2, H16))
+    b = _n16(g, t, "rms", (6, 2, H16))
+    g.op("Transpose", [g.op("Add", [a, b])], "y", perm=[1, 0, 2])
+
+
+def _b_threshold(g):
+    n = _n16(g, "x", "ln", (2, 6, H16))
+    g.op("Greater", [g.op("Transpose", [n], perm=[1, 0, 2]), g.init(np.float16(0.3))], "y")
+
+
+def _b_mid_two_consumers(g):
+    n = _n16(g, "x", "rms", (2, 6, H16))
+    t = g.op("Transpose", [n], perm=[1, 0, 2])
+    g.op("Reshape", [t, _i64(g, [12, H16])], "y")
+    g.op("Mul", [t, t], "y2")
+
+
+def _b_shape_of_result(g):
+    n = _n16(g, "x", "ln", (2, 6, H16))
+    r = g.op("Reshape", [n, _i64(g, [12, H16])])
+    g.op("Reshape", [g.op("Sqrt", [g.op("Abs", [r])]), g.op("Shape", [n])], "y")
+
+
 def _feature7() -> None:
     z = [("z", F16, (2, 6, H16))]
-    y2 = [("y2", F16, (2, 6, H16))]
     y2t = [("y2", F16, (6, 2, H16))]
     LNF, RMSF = FUSE("layer-norm"), FUSE("rms-norm")
     items = [
@@ -2232,7 +2323,7 @@ def _feature7() -> None:
          [("y", F16, (2, 4, H16))], LNF),
         ("gather_data_in", "RMS(Gather(x, [3, 3, 1, -6]))", _b_gather_data_in, X,
          [("y", F16, (2, 4, H16))], RMSF),
-        ("gather_runtime_idx", "Gather with runtime indices (Shape(x)[0] - [1, 2, 1]) before and after the LN",
+        ("gather_runtime_idx", "Gather by indices Shape(x)[0] - [1, 2, 1] before and after the LN",
          _b_gather_runtime_idx, X, [("y", F16, (3, 6, H16))], LNF),
         ("gather_indices_side", "Cast(2 * LN(x), int64) as the indices of a Gather",
          _b_gather_indices_side, X, [("y", F16, (2, 6, H16, 4))], LNF),
@@ -2258,12 +2349,17 @@ def _feature7() -> None:
          _b_if_branch, [*X, ("cond", onnx.TensorProto.BOOL, ())], Y, LNF),
         ("loop_body", "Transpose -> RMS -> Transpose in a Loop body reading the outer x",
          _b_loop_body, X, Y, RMSF),
-        ("source_matmul", "x @ W -> Reshape -> LN -> Reshape", _b_source("matmul"), X, Y, LNF),
-        ("source_mul", "x * z -> Reshape -> LN -> Reshape", _b_source("mul"), [*X, *z], Y, LNF),
-        ("source_add", "x + z -> Reshape -> LN -> Reshape", _b_source("add"), [*X, *z], Y, LNF),
-        ("source_softmax", "Softmax(x) -> Reshape -> LN -> Reshape", _b_source("softmax"), X, Y,
+        ("source_matmul", "x @ W -> Transpose -> LN -> Transpose", _b_source("matmul"), X, Y, LNF),
+        ("source_mul", "x * z -> Transpose -> LN -> Transpose", _b_source("mul"), [*X, *z], Y, LNF),
+        ("source_mul_const", "x * 2 -> Transpose -> LN -> Transpose", _b_source("mul_const"), X,
+         Y, LNF),
+        ("if_branch_transpose", "Transpose -> LN -> Transpose in an If branch (outer x)",
+         lambda g: _b_if_branch(g, split=False), [*X, ("cond", onnx.TensorProto.BOOL, ())], Y,
          LNF),
-        ("source_sigmoid", "Sigmoid(x) -> Reshape -> LN -> Reshape", _b_source("sigmoid"), X, Y,
+        ("source_add", "x + z -> Transpose -> LN -> Transpose", _b_source("add"), [*X, *z], Y, LNF),
+        ("source_softmax", "Softmax(x) -> Transpose -> LN -> Transpose", _b_source("softmax"), X, Y,
+         LNF),
+        ("source_sigmoid", "Sigmoid(x) -> Transpose -> LN -> Transpose", _b_source("sigmoid"), X, Y,
          LNF),
         ("symbolic", "symbolic [b, s, 16]: Reshape [0, 0, 2, 8] -> RMS -> Reshape back",
          _b_symbolic, [("x", F16, ("b", "s", H16))], [("y", F16, ("b", "s", H16))], RMSF),
@@ -2292,6 +2388,22 @@ def _feature7() -> None:
         ("runtime_reshape", "LN(Reshape(x, Concat([-1], Shape(x)[2:3])))", _b_runtime_reshape,
          X, [("y", F16, (12, H16))],
          FUSE_OR("layer-norm", "unknown-shape")),
+        ("subgraph_if_reads_moved_in", "an If branch reads the outer Transpose(x) the LN reads",
+         _b_branch_reads("in"), [*X, ("cond", onnx.TensorProto.BOOL, ())], [*Y, *y2t], LNF),
+        ("subgraph_if_reads_result", "an If branch reads the outer LN result (moved after)",
+         _b_branch_reads("out"), [*X, ("cond", onnx.TensorProto.BOOL, ())], [*Y, *y2t], LNF),
+        ("subgraph_loop_reads_result", "a Loop body reads the outer LN result (moved after)",
+         _b_branch_reads("out", "Loop"), X, [*Y, *y2t], LNF),
+        ("subgraph_loop_reads_moved_in", "a Loop body reads the outer Transpose(x) the LN reads",
+         _b_branch_reads("in", "Loop"), X, [*Y, *y2t], LNF),
+        ("shared_moved_two_norms", "LN(t) + RMS(t), t = Transpose(x)", _b_shared_moved, X, Y,
+         FUSE("layer-norm", rms_norm=1)),
+        ("threshold_after_move", "Transpose(LN(x)) > 0.3 (a bool output)", _b_threshold, X,
+         [("y", onnx.TensorProto.BOOL, (6, 2, H16))], LNF),
+        ("mid_two_consumers", "t = Transpose(RMS(x)) feeds a Reshape output and t * t",
+         _b_mid_two_consumers, X, [("y", F16, (12, H16)), *y2t], RMSF),
+        ("shape_of_result", "Reshape(sqrt|Reshape(LN)|, Shape(LN))", _b_shape_of_result, X, Y,
+         LNF),
         ("moved_input_is_output", "Transpose(x) is a graph output; RMS result also Identity'd out",
          _b_input_is_output, X, [*Y, ("t", F16, (6, 2, H16)), *y2t], RMSF),
     ]
