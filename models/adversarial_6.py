@@ -101,6 +101,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # F64-RATIO: the LN result also read by Shape keeps its Cast at the node; the model is
     # 1.35x further from float64 than the original (worst over feeds; 1.17-1.56x by profile).
     "a7_shape_of_result": ("ADV7-06", BOTH),
+    "a7_kept_cast_shape": ("ADV7-06", BOTH),
 }
 
 
@@ -2300,6 +2301,22 @@ def _b_shape_of_result(g):
     g.op("Reshape", [g.op("Sqrt", [g.op("Abs", [r])]), g.op("Shape", [n])], "y")
 
 
+def _b_kept_cast(other):
+    """The LN result read by a non-move (`other`: shape | mul | output) and through a
+    Transpose by Abs -> Sqrt (ops ONNX Runtime's CPU provider runs in float32 for float16)."""
+
+    def build(g):
+        n = _n16(g, "x", "ln", (2, 6, H16)) if other != "output" else ln(g, "x", out="n")
+        t = g.op("Transpose", [n], perm=[1, 0, 2])
+        g.op("Sqrt", [g.op("Abs", [t])], "y")
+        if other == "shape":
+            g.op("Shape", [n], "y2")
+        elif other == "mul":
+            g.op("Mul", [n, g.init(np.float16(3.0))], "y2")
+
+    return build
+
+
 def _feature7() -> None:
     z = [("z", F16, (2, 6, H16))]
     y2t = [("y2", F16, (6, 2, H16))]
@@ -2404,6 +2421,12 @@ def _feature7() -> None:
          _b_mid_two_consumers, X, [("y", F16, (12, H16)), *y2t], RMSF),
         ("shape_of_result", "Reshape(sqrt|Reshape(LN)|, Shape(LN))", _b_shape_of_result, X, Y,
          LNF),
+        ("kept_cast_shape", "Sqrt(Abs(Transpose(LN))), Shape(LN) out", _b_kept_cast("shape"),
+         X, [("y", F16, (6, 2, H16)), ("y2", onnx.TensorProto.INT64, (3,))], LNF),
+        ("kept_cast_mul", "Sqrt(Abs(Transpose(LN))) and 3 * LN", _b_kept_cast("mul"), X,
+         [("y", F16, (6, 2, H16)), ("y2", F16, (2, 6, H16))], LNF),
+        ("kept_cast_output", "Sqrt(Abs(Transpose(LN))), LN a graph output", _b_kept_cast("output"),
+         X, [("y", F16, (6, 2, H16)), ("n", F16, (2, 6, H16))], LNF),
         ("moved_input_is_output", "Transpose(x) is a graph output; RMS result also Identity'd out",
          _b_input_is_output, X, [*Y, ("t", F16, (6, 2, H16)), *y2t], RMSF),
     ]
