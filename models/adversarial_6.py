@@ -89,6 +89,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a7_source_sigmoid": ("ADV7-03", ("validate",)),
     "a7_overflow_1e6": ("ADV7-03", ("validate",)),
     "a7_square_overflow": ("ADV7-03", ("validate",)),
+    "a7_input_shape_reader_source": ("ADV7-03", ("validate",)),
     # missed under --validate: output moves with runtime shapes or indices (Expand / Tile by
     # Shape(z), Gather by computed indices) and the float16 hand-written group norm: "could not
     # isolate the site".
@@ -2317,6 +2318,19 @@ def _b_kept_cast(other):
     return build
 
 
+def _b_input_shape_reader(where):
+    """h = Sqrt(|x| + 1) (float32 inside ONNX Runtime's CPU provider), Transpose, LN; Shape reads
+    h (`where` = source) or the Transpose (moved) as a second output."""
+
+    def build(g):
+        h = g.op("Sqrt", [g.op("Add", [g.op("Abs", ["x"]), g.init(np.float16(1.0))])])
+        t = g.op("Transpose", [h], perm=[1, 0, 2])
+        g.op("Transpose", [_n16(g, t, "ln", (6, 2, H16))], "y", perm=[1, 0, 2])
+        g.op("Shape", [h if where == "source" else t], "y2")
+
+    return build
+
+
 def _feature7() -> None:
     z = [("z", F16, (2, 6, H16))]
     y2t = [("y2", F16, (6, 2, H16))]
@@ -2427,6 +2441,10 @@ def _feature7() -> None:
          [("y", F16, (6, 2, H16)), ("y2", F16, (2, 6, H16))], LNF),
         ("kept_cast_output", "Sqrt(Abs(Transpose(LN))), LN a graph output", _b_kept_cast("output"),
          X, [("y", F16, (6, 2, H16)), ("n", F16, (2, 6, H16))], LNF),
+        ("input_shape_reader_source", "LN(Transpose(Sqrt(|x| + 1))), Shape(Sqrt(..)) out",
+         _b_input_shape_reader("source"), X, [*Y, ("y2", onnx.TensorProto.INT64, (3,))], LNF),
+        ("input_shape_reader_moved", "LN(Transpose(Sqrt(|x| + 1))), Shape(Transpose) out",
+         _b_input_shape_reader("moved"), X, [*Y, ("y2", onnx.TensorProto.INT64, (3,))], LNF),
         ("moved_input_is_output", "Transpose(x) is a graph output; RMS result also Identity'd out",
          _b_input_is_output, X, [*Y, ("t", F16, (6, 2, H16)), *y2t], RMSF),
     ]
