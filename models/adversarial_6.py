@@ -64,9 +64,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a6_gn_decomposed_split_two_axes": ("ADV6-06", BOTH),
     # ADV6-07 (a gated group RMS norm computed in float16 throughout: NaN, then 1.5-1.8x further
     # from float64 than the original) was fixed on main: the fused node's Casts are lifted over
-    # the moves around it (float16_moves.py). Left: under --validate the site is rolled back.
-    "a6_gated_float16_pure": ("ADV6-07", ("validate",)),
-    "a6_gated_float16_pure_d256": ("ADV6-07", ("validate",)),
+    # the moves around it (float16_moves.py); --validate keeps it since the lifted site is fed
+    # where its moves start (the move's input is kept with the site).
     # ADV6-08 (a hand-written group norm in float16 throughout, 1.3x further from float64) was
     # fixed on main the same way for 32-element groups; 512-element groups stay further.
     "a6_gn_decomposed_float16_pure_wide": ("ADV6-08", BOTH),
@@ -79,17 +78,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # missed: a float16 norm reading the first one's fused output through a Reshape is
     # `unknown-dtype` (the new tensor between the fused node and its Cast has no type).
     "a7_back_to_back": ("ADV7-02", BOTH),
-    # missed under --validate: the norm's float16 input computed by an op (MatMul, Mul, Add,
-    # Softmax, Sigmoid) is rolled back: "the site could not be run alone: IndexError".
-    "a7_source_matmul": ("ADV7-03", ("validate",)),
-    "a7_source_mul": ("ADV7-03", ("validate",)),
-    "a7_source_mul_const": ("ADV7-03", ("validate",)),
-    "a7_source_add": ("ADV7-03", ("validate",)),
-    "a7_source_softmax": ("ADV7-03", ("validate",)),
-    "a7_source_sigmoid": ("ADV7-03", ("validate",)),
-    "a7_overflow_1e6": ("ADV7-03", ("validate",)),
-    "a7_square_overflow": ("ADV7-03", ("validate",)),
-    "a7_input_shape_reader_source": ("ADV7-03", ("validate",)),
+    # ADV7-03 (--validate rolled back a site whose input Cast was lifted: "IndexError") was
+    # fixed on main: the first move's input is kept with the site, not read off the moved node.
     # missed under --validate: output moves with runtime shapes or indices (Expand / Tile by
     # Shape(z), Gather by computed indices) and the float16 hand-written group norm: "could not
     # isolate the site".
@@ -99,10 +89,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a7_group_norm": ("ADV7-04", ("validate",)),
     # wrong reason (float32 too): LN over Transpose(SpaceToDepth(x)) is `unknown-rank`.
     "a7_space_to_depth": ("ADV7-05", BOTH),
-    # F64-RATIO: the LN result also read by Shape keeps its Cast at the node; the model is
-    # 1.35x further from float64 than the original (worst over feeds; 1.17-1.56x by profile).
-    "a7_shape_of_result": ("ADV7-06", BOTH),
-    "a7_kept_cast_shape": ("ADV7-06", BOTH),
+    # ADV7-06 (the result also read by Shape kept its Cast at the node: 1.35x further from
+    # float64) was fixed on main: Shape and Size read no value, so the moves are lifted anyway.
 }
 
 

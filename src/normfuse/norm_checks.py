@@ -473,6 +473,7 @@ def fused_site(
         layout=layout,
         input_cast=input_cast,
         input_moves=input_moves,
+        moved_input=input_moves[0].inputs[0] if input_moves else None,
         after_cast=after_cast,
         scale_after=None if scale_after is None else scale_after.astype(kernel_dtype),
     )

@@ -59,6 +59,7 @@ class FusedNode:
     # first input's computing op and it. The Cast reads their first input instead, and copies of
     # them move the cast values (see `norm_checks.float16_input_moves`).
     input_moves: tuple[gs.Node, ...] = ()
+    moved_input: gs.Tensor | None = None  # the first move's input (kept: cleanup detaches it)
     # With `input_cast` and `output_cast` (and nothing else after the node): the value-moving
     # nodes that alone read the result, one after another (set by the driver). Copies of them
     # move the float32 result and the output Cast produces their last output instead.

@@ -404,7 +404,7 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     output.inputs.clear()
     if fused.input_cast is not None:
         moves = fused.input_moves
-        source = moves[0].inputs[0] if moves else inputs[0]
+        source = fused.moved_input if moves else inputs[0]
         inputs[0] = emitter.fed_by(source, "Cast", {"to": fused.input_cast}, name)
         for move in moves:  # the same moves, of the cast values
             operands = tuple(move.inputs[1:])
@@ -465,8 +465,12 @@ def _output_moves(fused: FusedNode, root: gs.Tensor, graph_outputs: set[str]) ->
     if root.inputs and root.inputs[0].op == "Cast":
         return ()  # the model's own Cast back rounds the result there: so does the fused one
     moves, tensor = [], root
-    while len(tensor.outputs) == 1 and tensor.name not in graph_outputs:
-        node = tensor.outputs[0]
+    while tensor.name not in graph_outputs:
+        # Shape and Size read no value: they read the float16 tensor, which stays.
+        users = [user for user in tensor.outputs if user.op not in ("Shape", "Size")]
+        if len(users) != 1:
+            break
+        node = users[0]
         data_only = node.inputs[0] is tensor and all(t is not tensor for t in node.inputs[1:])
         if node.op not in LIFTABLE or len(node.outputs) != 1 or not data_only:
             break

@@ -57,8 +57,8 @@ def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict
     A site whose input Cast was lifted over value moves (`FusedNode.input_moves`) is fed where
     the moves start, in both models (the fused one no longer reads the moved tensor)."""
     names = site.input_names()
-    if site.fused.input_moves:
-        names = (site.fused.input_moves[0].inputs[0].name, *names[1:])
+    if site.fused.moved_input is not None:
+        names = (site.fused.moved_input.name, *names[1:])
     if any(name not in types or types[name][1] is None for name in names):
         return None
     elem_type, shape = types[names[0]]
