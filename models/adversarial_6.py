@@ -44,24 +44,18 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a6_gated_symbolic_concat_target": ("ADV6-01", BOTH),
     "a6_gated_symbolic_concat_target_const_back": ("ADV6-01", BOTH),
     "a6_qk_qwen3_heads_then_minus1_symbolic": ("ADV6-01", BOTH),
-    # missing reason: a GroupNormalization-21 node whose scale and bias are graph inputs (or
-    # overridable initializers) is neither rewritten nor given a near-miss.
-    "a6_gn21_affine_inputs": ("ADV6-02", BOTH),
-    "a6_overridable_gn21": ("ADV6-02", BOTH),
-    # missed / wrong reason: a group norm whose first Reshape target is
-    # Concat(Shape(x)[0:1], [G, -1]) is `not-channel-groups`, static batch or not.
-    "a6_gn_decomposed_concat_target_symbolic": ("ADV6-03", BOTH),
-    "a6_gn_decomposed_concat_target_static": ("ADV6-03", BOTH),
-    "a6_inorm_g4_target_concat_symbolic": ("ADV6-03", BOTH),
+    # ADV6-02 (a GroupNormalization-21 node with scale and bias graph inputs had no near-miss)
+    # is fixed: such a node is `gamma-shape` ("not a true constant").
+    # ADV6-03 (a grouping Reshape target Concat(Slice(Shape(x), 0, 1), [G, -1]) was
+    # `not-channel-groups`) is fixed: a Slice of a shape with step 1 is read as its entries.
     # ADV6-04 (a GroupNormalization-21 node downstream of another was `unsupported-dtype`) was
     # fixed on main (types derived through GroupNormalization); its cases guard the fix.
     # missed under --validate: a site --validate cannot compare alone (a GroupNormalization-21
     # in a function: "input or output type unknown") is rolled back `failed-validation`. Its
     # detail now says it could not be checked alone (it said "differed"); the rollback stays.
     "a6_gn21_in_function": ("ADV6-05", ("validate",)),
-    # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
-    # channels split into groups) are `not-channel-groups`, not fused nor `group-statistics-axes`.
-    "a6_gn_decomposed_split_two_axes": ("ADV6-06", BOTH),
+    # ADV6-06 (group statistics over the last two axes of [N, G, C/G, H*W] were
+    # `not-channel-groups`) is fixed: fused as LayerNormalization over the axes after G.
     # ADV6-07 (a gated group RMS norm computed in float16 throughout: NaN, then 1.5-1.8x further
     # from float64 than the original) was fixed on main: the fused node's Casts are lifted over
     # the moves around it (float16_moves.py); --validate keeps it since the lifted site is fed
@@ -70,11 +64,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # fixed on main the same way for 32-element groups; 512-element groups stay further.
     "a6_gn_decomposed_float16_pure_wide": ("ADV6-08", BOTH),
     # Adversary 7 (feature 7: float16 norms next to value moves; docs/adversary6-findings.md).
-    # missed (float32 too): Reshape -> layer norm over the last axis -> Reshape back is taken
-    # for a group norm and refused `not-channel-groups`; not fused as a layer norm.
-    "a7_reshape_ln": ("ADV7-01", BOTH),
-    "a7_moved_used_before": ("ADV7-01", BOTH),
-    "a7_if_branch": ("ADV7-01", BOTH),
+    # ADV7-01 (Reshape -> layer norm over the last axis -> Reshape back was refused
+    # `group-norm`) is fixed: a Reshape that keeps the last axis normalised alone is no grouping.
     # missed: a float16 norm reading the first one's fused output through a Reshape is
     # `unknown-dtype` (the new tensor between the fused node and its Cast has no type).
     "a7_back_to_back": ("ADV7-02", BOTH),
@@ -87,8 +78,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a7_expand_runtime_out": ("ADV7-04", ("validate",)),
     "a7_tile_runtime_out": ("ADV7-04", ("validate",)),
     "a7_group_norm": ("ADV7-04", ("validate",)),
-    # wrong reason (float32 too): LN over Transpose(SpaceToDepth(x)) is `unknown-rank`.
-    "a7_space_to_depth": ("ADV7-05", BOTH),
+    # ADV7-05 (LN over Transpose(SpaceToDepth(x)) was `unknown-rank`) is fixed: SpaceToDepth
+    # and DepthToSpace are on the shape allow-list (swept against ONNX Runtime).
     # ADV7-06 (the result also read by Shape kept its Cast at the node: 1.35x further from
     # float64) was fixed on main: Shape and Size read no value, so the moves are lifted anyway.
 }

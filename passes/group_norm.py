@@ -84,8 +84,10 @@ _DYNAMO_RSQRT = Op(
 )
 # One GroupNormalization node (dynamo's `nn.GroupNorm` at opset 21), which ONNX Runtime's CPU
 # provider runs as the op's inlined one-pass function body.
+# Scale and bias as variables: a node whose affine is no true constant (a graph input, an
+# overridable initializer) is matched too, so that its near-miss says why it stays.
 _GROUP_NORMALIZATION = Op(
-    "GroupNormalization", Var("x"), Const("gn_scale"), Const("gn_bias"), name="group_normalization"
+    "GroupNormalization", Var("x"), Var("gn_scale"), Var("gn_bias"), name="group_normalization"
 )
 # The x types a GroupNormalization node is rewritten for, and the dtype of its scale and bias.
 _GROUP_NORMALIZATION_TYPES = {
@@ -150,20 +152,23 @@ def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | Non
 
 def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.Node]) -> Site:
     x, reshape = grouping
-    x, shape, (channels, groups, inner) = _grouped_layout(x, reshape, context)
+    x, shape, (channels, groups, inner, tail) = _grouped_layout(x, reshape, context)
     back = _reshape_back(match.root, x, shape, context)
     if "instance_norm" in match:
         _check_instance_norm(match, context, groups)
     _check_channel_affine(back, context, channels, len(shape))
     if "instance_norm" in match:
         raise checks.Reject("no-faster-form", _NO_FASTER_FORM)
-    if inner is None:
+    if inner is None or tail is None:
         raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
     io = checks.fused_io(match, context)
-    _check_statistics(match, context, 3, (-1,), inner, (shape[0], groups, 1))
+    # The group's elements lie along every axis after the group axis ([N, G, C/G, H*W]: two).
+    axes = tuple(range(-len(tail), 0))
+    kept = (shape[0], groups, *(1,) * len(tail))
+    _check_statistics(match, context, 2 + len(tail), axes, inner, kept)
     eps = checks.epsilon(match, context)
-    scale = _unit_scale(match, inner, io)
-    return checks.fused_site(KIND, match, context, io, -1, eps, (scale, None))
+    scale = _unit_scale(match, tail, io)
+    return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale, None))
 
 
 def _unit_scale(match: Match, shape, io) -> np.ndarray:
@@ -263,8 +268,15 @@ def _group_normalization_affine(
     affine = []
     for name in ("gn_scale", "gn_bias"):
         value = context.reader.value(match[name])
-        if value is None or value.shape != (count,) or value.dtype != dtype:
-            shown = "unknown" if value is None else f"{list(value.shape)} {value.dtype}"
+        if value is None:
+            raise checks.Reject(
+                _AFFINE_REASONS[name],
+                f"{name[3:]} is not a true constant (a graph input, an overridable initializer "
+                "or a computed value): the rewrite needs its values; ONNX Runtime runs the "
+                "node's one-pass function body",
+            )
+        if value.shape != (count,) or value.dtype != dtype:
+            shown = f"{list(value.shape)} {value.dtype}"
             raise checks.Reject(
                 _AFFINE_REASONS[name],
                 f"{name[3:]} of {shown} is not [{count}] {np.dtype(dtype)} "
@@ -305,13 +317,14 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
 
 def _grouped_layout(
     x: gs.Tensor, reshape: gs.Node, context: Context
-) -> tuple[gs.Tensor, tuple, tuple[int, int, int | None]]:
-    """(x [N, C, *S], its shape, (C, G, C/G * prod(S))) for the tensor the grouping Reshape
-    groups. That is the Reshape's input, or, where the input is itself reshaped from a tensor
-    (ONNX's group-norm body: [N, C, *S] -> [N, G, C/G, *S] -> [N, G, -1]), the first tensor up
-    the chain of Reshapes that the grouped tensor groups. A Reshape moves no element, so a chain
-    is one Reshape to the grouped shape; with every dim but the first static on both ends and
-    G * rest = C * prod(S), the first dims are equal too (the element counts are)."""
+) -> tuple[gs.Tensor, tuple, tuple[int, int, int | None, tuple[int, ...] | None]]:
+    """(x [N, C, *S], its shape, (C, G, C/G * prod(S), the group's dims)) for the tensor the
+    grouping Reshape groups. That is the Reshape's input, or, where the input is itself reshaped
+    from a tensor (ONNX's group-norm body: [N, C, *S] -> [N, G, C/G, *S] -> [N, G, -1]), the
+    first tensor up the chain of Reshapes that the grouped tensor groups. A Reshape moves no
+    element, so a chain is one Reshape to the grouped shape; with every dim but the first static
+    on both ends and G * rest = C * prod(S), the first dims are equal too (the element counts
+    are)."""
     try:
         shape = checks.known_shape(x, context)
         entries = _shape_entries(reshape.inputs[1], context)
@@ -351,18 +364,21 @@ def _check_grouped_shape(
     target: list[ShapeEntry] | None,
     x: gs.Tensor,
     zero_copies: bool,
-) -> tuple[int, int, int | None]:
-    """(C, G, C * prod(S) / G) when `target` (the grouped shape, as entries) turns x [N, C, *S]
-    into [N, G, C * prod(S) / G]; the last is None when S is not static (the Reshape must then
-    infer it: -1). A 0 in `target` copies x's dim where `zero_copies`."""
-    if len(shape) < 3 or target is None or len(target) != 3:
+) -> tuple[int, int, int | None, tuple[int, ...] | None]:
+    """(C, G, C * prod(S) / G, the grouped tensor's dims after the group axis) when `target`
+    (the grouped shape, as entries) turns x [N, C, *S] into [N, G, C * prod(S) / G], or into
+    [N, G, *T] with static T (one -1 among them at most) of C * prod(S) / G elements (the
+    channels-first Keras form [N, G, C/G, H*W]); the last two are None when S is not static
+    (the Reshape must then infer the group: [N, G, -1]). A 0 in `target` copies x's dim where
+    `zero_copies`."""
+    if len(shape) < 3 or target is None or len(target) < 3:
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
         )
     channels, spatial = shape[1], shape[2:]
     if not isinstance(channels, int):
         raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
-    batch, groups, rest = target
+    batch, groups, *rest = target
     batch_kept = batch == (x, 0) or (batch == 0 and zero_copies) or _static(batch, shape[0])
     if not batch_kept or not isinstance(groups, int) or groups <= 0:
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
@@ -376,9 +392,20 @@ def _check_grouped_shape(
         raise checks.Reject(
             "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
         )
-    if rest != -1 and (inner is None or rest != inner):
+    if len(rest) == 1:
+        if rest[0] != -1 and (inner is None or rest[0] != inner):
+            raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
+        return channels, groups, inner, None if inner is None else (inner,)
+    if inner is None:
+        raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
+    written = [dim for dim in rest if isinstance(dim, int) and dim > 0]
+    count = int(np.prod(written))
+    inferred = len(rest) - len(written)
+    if inferred > 1 or any(dim != -1 for dim in rest if dim not in written):
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
-    return channels, groups, inner
+    if inner % count or (not inferred and count != inner):
+        raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
+    return channels, groups, inner, tuple(inner // count if dim == -1 else dim for dim in rest)
 
 
 def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Context) -> gs.Tensor:
@@ -462,7 +489,29 @@ def _shape_entries(
     if _is(node, "Unsqueeze") and _unsqueezes_axis_0(node, context):
         entry = _scalar_entry(node.inputs[0], context)
         return None if entry is None else [entry]
+    if _is(node, "Slice"):
+        return _sliced_entries(node, context)
     return None
+
+
+def _sliced_entries(node: gs.Node, context: Context) -> list[ShapeEntry] | None:
+    """`Slice(entries, [start], [end])` of a 1-D shape tensor with step 1 (`x.shape[:1]`), per
+    Slice-10 on: a negative bound counts from the end, both clamped to [0, len] (the rule of a
+    Python slice with step 1). None for the attribute form (Slice-1), other axes or steps, or
+    bounds that are not constants."""
+    if node.attrs or len(node.inputs) < 3:
+        return None
+    entries = _shape_entries(node.inputs[0], context)
+    bounds = [context.reader.value(tensor) for tensor in node.inputs[1:3]]
+    if entries is None or any(b is None or b.shape != (1,) for b in bounds):
+        return None
+    # axes (one, of a 1-D tensor: 0 or -1) and steps (1), where given.
+    for tensor, allowed in zip(node.inputs[3:5], (([0], [-1]), ([1],)), strict=False):
+        value = context.reader.value(tensor) if tensor.name else None
+        if tensor.name and (value is None or value.tolist() not in allowed):
+            return None
+    start, end = (int(bound[0]) for bound in bounds)
+    return entries[start:end]
 
 
 def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
