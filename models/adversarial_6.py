@@ -39,11 +39,9 @@ NP_OF = {F: np.float32, F16: np.float16}
 BOTH = ("default", "onnx", "validate")
 WITH_SKIP = (*BOTH, "skip")
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # missed: a symbolic batch and a Reshape target Concat(Shape(h)[0:2], [G, -1]) (or
-    # [H, -1]): the normalised dim -1 is not derived (unknown-shape); [-1, D/G] fuses.
-    "a6_gated_symbolic_concat_target": ("ADV6-01", BOTH),
-    "a6_gated_symbolic_concat_target_const_back": ("ADV6-01", BOTH),
-    "a6_qk_qwen3_heads_then_minus1_symbolic": ("ADV6-01", BOTH),
+    # ADV6-01 (a symbolic batch and a Reshape target Concat(Shape(h)[0:2], [G, -1]) left the
+    # -1 unsized: unknown-shape) is fixed: a target copying its input's dims is inferred as
+    # [0, 0, G, -1] (shapes._copying_target).
     # ADV6-02 (a GroupNormalization-21 node with scale and bias graph inputs had no near-miss)
     # is fixed: such a node is `gamma-shape` ("not a true constant").
     # ADV6-03 (a grouping Reshape target Concat(Slice(Shape(x), 0, 1), [G, -1]) was

@@ -446,7 +446,7 @@ WINDOW_BOUNDS = [None, -9, -4, -3, -1, 0, 1, 3, 4, 9]
 
 def test_shape_windows_are_the_dims_onnx_runtime_returns() -> None:
     """`_shape_window` against ORT's Shape-15 kernel on a rank-4 tensor, every start/end pair."""
-    from normfuse.passes.group_norm import _shape_window
+    from normfuse.static_values import shape_window as _shape_window
 
     dims = np.array([2, 3, 5, 7], np.int64)
     x = np.zeros(dims, np.float32)

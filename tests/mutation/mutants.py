@@ -44,8 +44,8 @@ MUTANTS = (
     Mutant(
         "eps-x10-group-norm",
         "passes/group_norm.py",
-        "context, io, -1, eps, (scale, None))",
-        "context, io, -1, eps * 10, (scale, None))",
+        "context, io, axes[0], eps, (scale, None))",
+        "context, io, axes[0], eps * 10, (scale, None))",
         GROUP,
         "the fused group-norm statistics carry epsilon x10",
     ),
