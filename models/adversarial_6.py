@@ -69,13 +69,9 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a7_back_to_back": ("ADV7-02", BOTH),
     # ADV7-03 (--validate rolled back a site whose input Cast was lifted: "IndexError") was
     # fixed on main: the first move's input is kept with the site, not read off the moved node.
-    # missed under --validate: output moves with runtime shapes or indices (Expand / Tile by
-    # Shape(z), Gather by computed indices) and the float16 hand-written group norm: "could not
-    # isolate the site".
-    "a7_gather_runtime_idx": ("ADV7-04", ("validate",)),
-    "a7_expand_runtime_out": ("ADV7-04", ("validate",)),
-    "a7_tile_runtime_out": ("ADV7-04", ("validate",)),
-    "a7_group_norm": ("ADV7-04", ("validate",)),
+    # ADV7-04 (--validate could not isolate a site whose output moves or Reshape back read
+    # another tensor's shape: Expand / Tile by Shape(z), Gather by indices from Shape(x), a
+    # Reshape back to Shape(x)) is fixed: tensors read only through Shape are fed as zeros.
     # ADV7-05 (LN over Transpose(SpaceToDepth(x)) was `unknown-rank`) is fixed: SpaceToDepth
     # and DepthToSpace are on the shape allow-list (swept against ONNX Runtime).
     # ADV7-06 (the result also read by Shape kept its Cast at the node: 1.35x further from

@@ -421,3 +421,62 @@ def test_a_site_validate_cannot_run_alone_says_so() -> None:
     assert result.report.sites == [] and len(misses) == 1
     assert "could not check the site alone" in misses[0].detail
     assert "differed" not in misses[0].detail
+
+
+def _float16_moved_norm(tail: str) -> onnx.ModelProto:
+    """A float16 layer norm of x [1, 6, 16] whose result is moved by `tail`: `expand_shape`
+    Expand(., Shape(z)) (adversary 7's `a7_expand_runtime_out`: z read for its shape only);
+    `expand_values` Expand(., s) with s an int64 graph input; `gather_values` Gather(., i, axis
+    1) with i an int64 graph input (both read for their values)."""
+    from models.adversarial_6 import F16, _f16_case, _n16
+
+    def body(g) -> None:
+        normed = _n16(g, "x", "ln", (1, 6, 16))
+        if tail == "expand_shape":
+            g.op("Expand", [normed, g.op("Shape", ["z"])], "y")
+        elif tail == "expand_values":
+            g.op("Expand", [normed, "s"], "y")
+        else:
+            g.op("Gather", [normed, "i"], "y", axis=1)
+
+    x = ("x", F16, (1, 6, 16))
+    inputs = {
+        "expand_shape": [x, ("z", F16, (2, 6, 16))],
+        "expand_values": [x, ("s", onnx.TensorProto.INT64, (3,))],
+        "gather_values": [x, ("i", onnx.TensorProto.INT64, (3,))],
+    }[tail]
+    out = (1, 3, 16) if tail == "gather_values" else (2, 6, 16)
+    return _f16_case(body, inputs, [("y", F16, out)])()
+
+
+def test_a_site_moved_to_another_tensors_shape_is_checked_alone() -> None:
+    """ADV7-04: a float16 norm's result moved by Expand to Shape(z) (z read only through
+    Shape) is cut out with z fed as zeros of its shape: the site is compared alone, passes and
+    is kept."""
+    model = _float16_moved_norm("expand_shape")
+    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert result.report.near_misses == []
+    checks = result.report.validation.sites
+    assert checks and all(check.comparison is not None and check.passed for check in checks)
+    assert result.report.validation.passed
+
+
+@pytest.mark.parametrize("tail", ["expand_values", "gather_values"])
+def test_a_site_moved_by_another_tensors_values_is_not_checked_alone(tail: str, tmp_path) -> None:
+    """The same site moved by a graph input's values (an Expand shape, Gather indices): no
+    zeros stand in for values, the site is not isolated and is left (`failed-validation`,
+    "could not check the site alone"); without --validate it fuses."""
+    model = _float16_moved_norm(tail)
+    assert [site.kind for site in normfuse.optimize(model).report.sites] == ["layer-norm"]
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(0, 1, (1, 6, 16)).astype(np.float16)}
+    index = {"s": np.array([2, 6, 16])} if tail == "expand_values" else {"i": np.array([5, 0, 2])}
+    feeds |= index
+    npz = tmp_path / "feeds.npz"
+    np.savez(npz, **feeds)
+    options = normfuse.ValidationOptions(npz=str(npz))
+    result = normfuse.optimize(model, validation=options)
+    misses = [miss for miss in result.report.near_misses if miss.reason == "failed-validation"]
+    assert result.report.sites == [] and len(misses) == 1
+    assert "could not check the site alone" in misses[0].detail
