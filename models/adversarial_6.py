@@ -48,10 +48,8 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # `not-channel-groups`) is fixed: a Slice of a shape with step 1 is read as its entries.
     # ADV6-04 (a GroupNormalization-21 node downstream of another was `unsupported-dtype`) was
     # fixed on main (types derived through GroupNormalization); its cases guard the fix.
-    # missed under --validate: a site --validate cannot compare alone (a GroupNormalization-21
-    # in a function: "input or output type unknown") is rolled back `failed-validation`. Its
-    # detail now says it could not be checked alone (it said "differed"); the rollback stays.
-    "a6_gn21_in_function": ("ADV6-05", ("validate",)),
+    # ADV6-05 (--validate rolled back a GroupNormalization-21 in a function: "input or output
+    # type unknown") is fixed: a function body types GroupNormalization's output as a graph does.
     # ADV6-06 (group statistics over the last two axes of [N, G, C/G, H*W] were
     # `not-channel-groups`) is fixed: fused as LayerNormalization over the axes after G.
     # ADV6-07 (a gated group RMS norm computed in float16 throughout: NaN, then 1.5-1.8x further

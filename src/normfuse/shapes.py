@@ -270,12 +270,14 @@ def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
         for info in graph.output:
             if info.type.HasField("tensor_type") and info.name not in inputs:
                 info.type.tensor_type.ClearField("shape")
+    for function in copy.functions:  # a body typed per call, as a graph is (ADV6-05)
+        _typed_as_input(function)
     return copy
 
 
-def _typed_as_input(graph: onnx.GraphProto) -> None:
-    """Each node of `graph` in `TYPED_AS_INPUT` made an Identity of its first input, in place
-    (in the skeleton types are derived from, never in the model)."""
+def _typed_as_input(graph: onnx.GraphProto | onnx.FunctionProto) -> None:
+    """Each node of `graph` (or a function body) in `TYPED_AS_INPUT` made an Identity of its
+    first input, in place (in the skeleton types are derived from, never in the model)."""
     for node in graph.node:
         standard = node.domain in ("", "ai.onnx")
         if node.op_type in TYPED_AS_INPUT and standard and node.input and len(node.output) == 1:
