@@ -484,3 +484,29 @@ def test_a_site_moved_by_another_tensors_values_is_not_checked_alone(tail: str, 
     assert result.report.sites == [] and len(misses) == 1
     assert "could not check the site alone" in misses[0].detail
     assert "differed" not in misses[0].detail  # not checked, not found to differ (ADV6-05)
+
+
+def test_shape_only_sources_never_stand_in_for_the_output() -> None:
+    """A site output produced in a body the scope's node list does not hold (an If branch in a
+    function) is not a tensor read for its shape: no zeros stand in for it (a site compared as
+    its own zero input would pass unchecked: the a3_fn_nested_if cases)."""
+    from onnx import helper
+
+    from normfuse.subgraph import shape_only_sources
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["z"], ["s"]),
+            helper.make_node("Expand", ["x", "s"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [3, 4]),
+        ],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 4])],
+    )
+    model = helper.make_model(graph)
+    assert shape_only_sources(model, {"x"}, "y") == ["z"]
+    assert shape_only_sources(model, {"z"}, "y") is None  # x is read for its values
+    assert shape_only_sources(model, {"x"}, "unknown_output") is None

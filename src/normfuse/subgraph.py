@@ -90,7 +90,10 @@ def shape_only_sources(
         for tensor in node.input:
             readers.setdefault(tensor, set()).add(node.op_type)
         stack.extend(node.input)
-    if not sources or any(readers.get(name, set()) - {"Shape", "Size"} for name in sources):
+    # Each source read, and only through Shape or Size: never the output itself (a producer
+    # outside the scope's nodes, in a nested body, is no tensor read for its shape).
+    shape_only = all(readers.get(name) and readers[name] <= {"Shape", "Size"} for name in sources)
+    if not sources or not shape_only:
         return None
     return sorted(sources)
 
