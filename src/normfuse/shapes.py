@@ -164,7 +164,7 @@ def _copying_target(
     symbols). Only where every reader of the target is such a Reshape of that input (the value
     stands in for the target in the skeleton that is inferred, never in the model); None
     otherwise."""
-    if node.op_type != "Reshape" or len(node.input) != 2 or _attribute(node, "allowzero"):
+    if node.op_type != "Reshape" or len(node.input) != 2:
         return None
     data, target = tensors.get(node.input[0]), tensors.get(node.input[1])
     if data is None or target is None or context.reader.value(target) is not None:
@@ -190,10 +190,6 @@ def _copying_target(
     ):
         return None
     return np.array(copied, np.int64)
-
-
-def _attribute(node: onnx.NodeProto, name: str) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == name), 0)
 
 
 def _fold_parts(
