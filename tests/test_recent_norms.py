@@ -460,9 +460,7 @@ def _grouped_rms_by_shape(target: str) -> onnx.ModelProto:
         _const("eps", np.float32(1e-5)),
         _const("weight", rng.uniform(0.5, 1.5, CHANNELS).astype(np.float32)),
     ]
-    inputs = [
-        helper.make_tensor_value_info(name, F32, ["batch", "seq", CHANNELS]) for name in "xz"
-    ]
+    inputs = [helper.make_tensor_value_info(name, F32, ["batch", "seq", CHANNELS]) for name in "xz"]
     output = helper.make_tensor_value_info("y", F32, ["batch", "seq", CHANNELS])
     return _model(nodes, inputs, output, initializers)
 
