@@ -39,29 +39,19 @@ NP_OF = {F: np.float32, F16: np.float16}
 BOTH = ("default", "onnx", "validate")
 WITH_SKIP = (*BOTH, "skip")
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # missed: a symbolic batch and a Reshape target Concat(Shape(h)[0:2], [G, -1]) (or
-    # [H, -1]): the normalised dim -1 is not derived (unknown-shape); [-1, D/G] fuses.
-    "a6_gated_symbolic_concat_target": ("ADV6-01", BOTH),
-    "a6_gated_symbolic_concat_target_const_back": ("ADV6-01", BOTH),
-    "a6_qk_qwen3_heads_then_minus1_symbolic": ("ADV6-01", BOTH),
-    # missing reason: a GroupNormalization-21 node whose scale and bias are graph inputs (or
-    # overridable initializers) is neither rewritten nor given a near-miss.
-    "a6_gn21_affine_inputs": ("ADV6-02", BOTH),
-    "a6_overridable_gn21": ("ADV6-02", BOTH),
-    # missed / wrong reason: a group norm whose first Reshape target is
-    # Concat(Shape(x)[0:1], [G, -1]) is `not-channel-groups`, static batch or not.
-    "a6_gn_decomposed_concat_target_symbolic": ("ADV6-03", BOTH),
-    "a6_gn_decomposed_concat_target_static": ("ADV6-03", BOTH),
-    "a6_inorm_g4_target_concat_symbolic": ("ADV6-03", BOTH),
+    # ADV6-01 (a symbolic batch and a Reshape target Concat(Shape(h)[0:2], [G, -1]) left the
+    # -1 unsized: unknown-shape) is fixed: a target copying its input's dims is inferred as
+    # [0, 0, G, -1] (shapes._copying_target).
+    # ADV6-02 (a GroupNormalization-21 node with scale and bias graph inputs had no near-miss)
+    # is fixed: such a node is `gamma-shape` ("not a true constant").
+    # ADV6-03 (a grouping Reshape target Concat(Slice(Shape(x), 0, 1), [G, -1]) was
+    # `not-channel-groups`) is fixed: a Slice of a shape with step 1 is read as its entries.
     # ADV6-04 (a GroupNormalization-21 node downstream of another was `unsupported-dtype`) was
     # fixed on main (types derived through GroupNormalization); its cases guard the fix.
-    # missed under --validate: a site --validate cannot compare alone (a GroupNormalization-21
-    # in a function: "input or output type unknown") is rolled back `failed-validation`. Its
-    # detail now says it could not be checked alone (it said "differed"); the rollback stays.
-    "a6_gn21_in_function": ("ADV6-05", ("validate",)),
-    # missed / wrong reason: group statistics over the last two axes of [N, G, C/G, H*W] (the
-    # channels split into groups) are `not-channel-groups`, not fused nor `group-statistics-axes`.
-    "a6_gn_decomposed_split_two_axes": ("ADV6-06", BOTH),
+    # ADV6-05 (--validate rolled back a GroupNormalization-21 in a function: "input or output
+    # type unknown") is fixed: a function body types GroupNormalization's output as a graph does.
+    # ADV6-06 (group statistics over the last two axes of [N, G, C/G, H*W] were
+    # `not-channel-groups`) is fixed: fused as LayerNormalization over the axes after G.
     # ADV6-07 (a gated group RMS norm computed in float16 throughout: NaN, then 1.5-1.8x further
     # from float64 than the original) was fixed on main: the fused node's Casts are lifted over
     # the moves around it (float16_moves.py); --validate keeps it since the lifted site is fed
@@ -70,25 +60,18 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # fixed on main the same way for 32-element groups; 512-element groups stay further.
     "a6_gn_decomposed_float16_pure_wide": ("ADV6-08", BOTH),
     # Adversary 7 (feature 7: float16 norms next to value moves; docs/adversary6-findings.md).
-    # missed (float32 too): Reshape -> layer norm over the last axis -> Reshape back is taken
-    # for a group norm and refused `not-channel-groups`; not fused as a layer norm.
-    "a7_reshape_ln": ("ADV7-01", BOTH),
-    "a7_moved_used_before": ("ADV7-01", BOTH),
-    "a7_if_branch": ("ADV7-01", BOTH),
+    # ADV7-01 (Reshape -> layer norm over the last axis -> Reshape back was refused
+    # `group-norm`) is fixed: a Reshape that keeps the last axis normalised alone is no grouping.
     # missed: a float16 norm reading the first one's fused output through a Reshape is
     # `unknown-dtype` (the new tensor between the fused node and its Cast has no type).
     "a7_back_to_back": ("ADV7-02", BOTH),
     # ADV7-03 (--validate rolled back a site whose input Cast was lifted: "IndexError") was
     # fixed on main: the first move's input is kept with the site, not read off the moved node.
-    # missed under --validate: output moves with runtime shapes or indices (Expand / Tile by
-    # Shape(z), Gather by computed indices) and the float16 hand-written group norm: "could not
-    # isolate the site".
-    "a7_gather_runtime_idx": ("ADV7-04", ("validate",)),
-    "a7_expand_runtime_out": ("ADV7-04", ("validate",)),
-    "a7_tile_runtime_out": ("ADV7-04", ("validate",)),
-    "a7_group_norm": ("ADV7-04", ("validate",)),
-    # wrong reason (float32 too): LN over Transpose(SpaceToDepth(x)) is `unknown-rank`.
-    "a7_space_to_depth": ("ADV7-05", BOTH),
+    # ADV7-04 (--validate could not isolate a site whose output moves or Reshape back read
+    # another tensor's shape: Expand / Tile by Shape(z), Gather by indices from Shape(x), a
+    # Reshape back to Shape(x)) is fixed: tensors read only through Shape are fed as zeros.
+    # ADV7-05 (LN over Transpose(SpaceToDepth(x)) was `unknown-rank`) is fixed: SpaceToDepth
+    # and DepthToSpace are on the shape allow-list (swept against ONNX Runtime).
     # ADV7-06 (the result also read by Shape kept its Cast at the node: 1.35x further from
     # float64) was fixed on main: Shape and Size read no value, so the moves are lifted anyway.
 }

@@ -38,13 +38,13 @@ import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import STATISTICS
 
 from normfuse import norm_checks as checks
-from normfuse.constants import DEFAULT_DOMAINS, reduce_axes, written_axes
+from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
 from normfuse.context import Context
-from normfuse.folding import Opset, resolved_attributes, schema
+from normfuse.folding import resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import FusedNode, Site, node_label
 from normfuse.same_shape import SAME_AS_INPUT
-from normfuse.static_values import MAX_DEPTH
+from normfuse.static_values import MAX_DEPTH, ShapeEntry, shape_entries
 
 KIND = "group-norm"
 # A GroupNormalization node's scale and bias that are not one float32 value per channel.
@@ -84,8 +84,10 @@ _DYNAMO_RSQRT = Op(
 )
 # One GroupNormalization node (dynamo's `nn.GroupNorm` at opset 21), which ONNX Runtime's CPU
 # provider runs as the op's inlined one-pass function body.
+# Scale and bias as variables: a node whose affine is no true constant (a graph input, an
+# overridable initializer) is matched too, so that its near-miss says why it stays.
 _GROUP_NORMALIZATION = Op(
-    "GroupNormalization", Var("x"), Const("gn_scale"), Const("gn_bias"), name="group_normalization"
+    "GroupNormalization", Var("x"), Var("gn_scale"), Var("gn_bias"), name="group_normalization"
 )
 # The x types a GroupNormalization node is rewritten for, and the dtype of its scale and bias.
 _GROUP_NORMALIZATION_TYPES = {
@@ -150,20 +152,23 @@ def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | Non
 
 def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.Node]) -> Site:
     x, reshape = grouping
-    x, shape, (channels, groups, inner) = _grouped_layout(x, reshape, context)
+    x, shape, (channels, groups, inner, tail) = _grouped_layout(x, reshape, context)
     back = _reshape_back(match.root, x, shape, context)
     if "instance_norm" in match:
         _check_instance_norm(match, context, groups)
     _check_channel_affine(back, context, channels, len(shape))
     if "instance_norm" in match:
         raise checks.Reject("no-faster-form", _NO_FASTER_FORM)
-    if inner is None:
+    if inner is None or tail is None:
         raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
     io = checks.fused_io(match, context)
-    _check_statistics(match, context, 3, (-1,), inner, (shape[0], groups, 1))
+    # The group's elements lie along every axis after the group axis ([N, G, C/G, H*W]: two).
+    axes = tuple(range(-len(tail), 0))
+    kept = (shape[0], groups, *(1,) * len(tail))
+    _check_statistics(match, context, 2 + len(tail), axes, inner, kept)
     eps = checks.epsilon(match, context)
-    scale = _unit_scale(match, inner, io)
-    return checks.fused_site(KIND, match, context, io, -1, eps, (scale, None))
+    scale = _unit_scale(match, tail, io)
+    return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale, None))
 
 
 def _unit_scale(match: Match, shape, io) -> np.ndarray:
@@ -263,8 +268,15 @@ def _group_normalization_affine(
     affine = []
     for name in ("gn_scale", "gn_bias"):
         value = context.reader.value(match[name])
-        if value is None or value.shape != (count,) or value.dtype != dtype:
-            shown = "unknown" if value is None else f"{list(value.shape)} {value.dtype}"
+        if value is None:
+            raise checks.Reject(
+                _AFFINE_REASONS[name],
+                f"{name[3:]} is not a true constant (a graph input, an overridable initializer "
+                "or a computed value): the rewrite needs its values; ONNX Runtime runs the "
+                "node's one-pass function body",
+            )
+        if value.shape != (count,) or value.dtype != dtype:
+            shown = f"{list(value.shape)} {value.dtype}"
             raise checks.Reject(
                 _AFFINE_REASONS[name],
                 f"{name[3:]} of {shown} is not [{count}] {np.dtype(dtype)} "
@@ -305,16 +317,17 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
 
 def _grouped_layout(
     x: gs.Tensor, reshape: gs.Node, context: Context
-) -> tuple[gs.Tensor, tuple, tuple[int, int, int | None]]:
-    """(x [N, C, *S], its shape, (C, G, C/G * prod(S))) for the tensor the grouping Reshape
-    groups. That is the Reshape's input, or, where the input is itself reshaped from a tensor
-    (ONNX's group-norm body: [N, C, *S] -> [N, G, C/G, *S] -> [N, G, -1]), the first tensor up
-    the chain of Reshapes that the grouped tensor groups. A Reshape moves no element, so a chain
-    is one Reshape to the grouped shape; with every dim but the first static on both ends and
-    G * rest = C * prod(S), the first dims are equal too (the element counts are)."""
+) -> tuple[gs.Tensor, tuple, tuple[int, int, int | None, tuple[int, ...] | None]]:
+    """(x [N, C, *S], its shape, (C, G, C/G * prod(S), the group's dims)) for the tensor the
+    grouping Reshape groups. That is the Reshape's input, or, where the input is itself reshaped
+    from a tensor (ONNX's group-norm body: [N, C, *S] -> [N, G, C/G, *S] -> [N, G, -1]), the
+    first tensor up the chain of Reshapes that the grouped tensor groups. A Reshape moves no
+    element, so a chain is one Reshape to the grouped shape; with every dim but the first static
+    on both ends and G * rest = C * prod(S), the first dims are equal too (the element counts
+    are)."""
     try:
         shape = checks.known_shape(x, context)
-        entries = _shape_entries(reshape.inputs[1], context)
+        entries = shape_entries(reshape.inputs[1], context)
         zero_copies = not reshape.attrs.get("allowzero", 0)
         return x, shape, _check_grouped_shape(shape, entries, x, zero_copies)
     except checks.Reject as direct:
@@ -351,18 +364,21 @@ def _check_grouped_shape(
     target: list[ShapeEntry] | None,
     x: gs.Tensor,
     zero_copies: bool,
-) -> tuple[int, int, int | None]:
-    """(C, G, C * prod(S) / G) when `target` (the grouped shape, as entries) turns x [N, C, *S]
-    into [N, G, C * prod(S) / G]; the last is None when S is not static (the Reshape must then
-    infer it: -1). A 0 in `target` copies x's dim where `zero_copies`."""
-    if len(shape) < 3 or target is None or len(target) != 3:
+) -> tuple[int, int, int | None, tuple[int, ...] | None]:
+    """(C, G, C * prod(S) / G, the grouped tensor's dims after the group axis) when `target`
+    (the grouped shape, as entries) turns x [N, C, *S] into [N, G, C * prod(S) / G], or into
+    [N, G, *T] with static T (one -1 among them at most) of C * prod(S) / G elements (the
+    channels-first Keras form [N, G, C/G, H*W]); the last two are None when S is not static
+    (the Reshape must then infer the group: [N, G, -1]). A 0 in `target` copies x's dim where
+    `zero_copies`."""
+    if len(shape) < 3 or target is None or len(target) < 3:
         raise checks.Reject(
             "not-channel-groups", f"Reshape of a rank-{len(shape)} tensor to {target}"
         )
     channels, spatial = shape[1], shape[2:]
     if not isinstance(channels, int):
         raise checks.Reject("unknown-shape", f"the channel dim {channels!r} is not static")
-    batch, groups, rest = target
+    batch, groups, *rest = target
     batch_kept = batch == (x, 0) or (batch == 0 and zero_copies) or _static(batch, shape[0])
     if not batch_kept or not isinstance(groups, int) or groups <= 0:
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
@@ -376,9 +392,20 @@ def _check_grouped_shape(
         raise checks.Reject(
             "groups-do-not-divide", f"{groups} groups do not divide {channels} channels"
         )
-    if rest != -1 and (inner is None or rest != inner):
+    if len(rest) == 1:
+        if rest[0] != -1 and (inner is None or rest[0] != inner):
+            raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
+        return channels, groups, inner, None if inner is None else (inner,)
+    if inner is None:
+        raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
+    written = [dim for dim in rest if isinstance(dim, int) and dim > 0]
+    count = int(np.prod(written))
+    inferred = len(rest) - len(written)
+    if inferred > 1 or any(dim != -1 for dim in rest if dim not in written):
         raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
-    return channels, groups, inner
+    if inner % count or (not inferred and count != inner):
+        raise checks.Reject("not-channel-groups", f"Reshape to {_show(target)} of {shape}")
+    return channels, groups, inner, tuple(inner // count if dim == -1 else dim for dim in rest)
 
 
 def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Context) -> gs.Tensor:
@@ -393,7 +420,7 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     if len(users) != 1 or not _is(users[0], "Reshape"):
         raise checks.Reject("reshape-not-restored", "the grouped statistics are not reshaped back")
     back = users[0]
-    target = _shape_entries(back.inputs[1], context, len(shape))
+    target = shape_entries(back.inputs[1], context, len(shape))
     if target is not None and len(target) == len(shape):
         grouped_shape = context.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
@@ -411,9 +438,6 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     raise checks.Reject(
         "reshape-not-restored", f"the Reshape back does not restore x's shape {list(shape)}"
     )
-
-
-ShapeEntry = int | tuple[gs.Tensor, int]
 
 
 def _dim_of(entry: ShapeEntry, x: gs.Tensor, axis: int) -> bool:
@@ -436,79 +460,6 @@ def _shape_root(tensor: gs.Tensor) -> gs.Tensor:
             break
         tensor = node.inputs[0]
     return tensor
-
-
-def _shape_entries(
-    tensor: gs.Tensor, context: Context, rank: int | None = None
-) -> list[ShapeEntry] | None:
-    """A 1-D shape tensor as entries: ints, or (t, k) for "dim k of tensor t" (`Shape(t)`, or
-    TorchScript's `Concat(Unsqueeze(Gather(Shape(t), k)), ...)`); None when not decidable."""
-    value = context.reader.value(tensor)
-    if value is not None:
-        return [int(entry) for entry in value.reshape(-1).tolist()] if value.ndim == 1 else None
-    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    if node is None:
-        return None
-    if _is(node, "Shape"):
-        source_shape = context.shape(node.inputs[0])
-        count = len(source_shape) if source_shape is not None else rank
-        window = _shape_window(node, count, context.reader.opset)
-        if window is None or window[1] is None:
-            return None
-        return [(node.inputs[0], axis) for axis in range(window[0], window[1])]
-    if _is(node, "Concat") and node.attrs.get("axis") == 0:
-        parts = [_shape_entries(part, context) for part in node.inputs]
-        return None if any(part is None for part in parts) else [e for p in parts for e in p]
-    if _is(node, "Unsqueeze") and _unsqueezes_axis_0(node, context):
-        entry = _scalar_entry(node.inputs[0], context)
-        return None if entry is None else [entry]
-    return None
-
-
-def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
-    return written_axes(node, context.reader) == [0]
-
-
-def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
-    """A scalar constant, or `Gather(Shape(t), k)` (dim k of t)."""
-    value = context.reader.value(tensor)
-    if value is not None:
-        return int(value) if value.size == 1 and value.ndim == 0 else None
-    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    if node is None or not _is(node, "Gather") or node.attrs.get("axis", 0) != 0:
-        return None
-    shape_node = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
-    index = context.reader.value(node.inputs[1])
-    if shape_node is None or not _is(shape_node, "Shape"):
-        return None
-    source_shape = context.shape(shape_node.inputs[0])
-    rank = None if source_shape is None else len(source_shape)
-    window = _shape_window(shape_node, rank, context.reader.opset)
-    if window is None or index is None or index.ndim != 0 or int(index) < 0:
-        return None
-    start, end = window
-    axis = start + int(index)
-    return (shape_node.inputs[0], axis) if end is None or axis < end else None
-
-
-def _shape_window(node: gs.Node, rank: int | None, opset: Opset) -> tuple[int, int | None] | None:
-    """The dims [start, end) of its input that a `Shape` node gives, per Shape-15: `start` 0
-    and `end` the rank by default, a negative one counted from the end, both clamped to
-    [0, rank] (an empty window where start >= end). Without the rank only the default window
-    is known, (0, None); None where the window is not known or an attribute is not one the
-    node's version at `opset` defines (Shape-1/13 have none)."""
-    attrs = node.attrs
-    if attrs and resolved_attributes("Shape", opset, attrs) is None:
-        return None
-    start, end = int(attrs.get("start", 0)), attrs.get("end")
-    if rank is None:
-        return (0, None) if start == 0 and end is None else None
-
-    def clamp(value: int) -> int:
-        return min(max(value + rank if value < 0 else value, 0), rank)
-
-    first = clamp(start)
-    return first, max(first, rank if end is None else clamp(int(end)))
 
 
 def _static(entry: ShapeEntry, dim: int | str | None) -> bool:

@@ -29,6 +29,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from normfuse import norm_checks as checks
+from normfuse.constants import reduce_axes
 from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import Site
@@ -264,10 +265,23 @@ def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shap
 
 def _reject_group_norm(match: Match, context: Context) -> None:
     """Group norm reshapes channels into groups, normalises each group, and reshapes back: the
-    statistics are not per-token. Conservatively, any norm sandwiched between Reshapes is left."""
+    statistics are not per-token. Conservatively, any norm sandwiched between Reshapes is left,
+    unless the first Reshape keeps the last axis and the statistics reduce it alone: each row
+    normalised is then a row of the Reshape's input, a layer norm of it (ADV7-01)."""
     users = match.root.outputs
     reshaped_back = bool(users) and all(user.op == "Reshape" for user in users)
-    if reshaped_back and match_first(_RESHAPED, match["x"], context.reader) is not None:
+    found = match_first(_RESHAPED, match["x"], context.reader) if reshaped_back else None
+    if found is not None and not _keeps_last_axis(match, found["ungrouped"], context):
         raise checks.Reject(
             "group-norm", "statistics over a Reshape of the input, reshaped back: group norm"
         )
+
+
+def _keeps_last_axis(match: Match, ungrouped: gs.Tensor, context: Context) -> bool:
+    """Whether the statistics reduce the last axis of `match`'s x alone and x's last dim is
+    static and equal to the last dim of `ungrouped`, the tensor x reshapes (rows stay rows)."""
+    before, after = context.shape(ungrouped), context.shape(match["x"])
+    if not before or not after or not isinstance(after[-1], int) or before[-1] != after[-1]:
+        return False
+    reducers = [match.node(name) for name in ("mean", "variance_reduce")]
+    return all(reduce_axes(node, len(after), context.reader) == (-1,) for node in reducers)

@@ -203,3 +203,54 @@ def test_group_size_from_a_disagreeing_dim_is_not_used(ceil_mode: int) -> None:
     else:
         assert [site.kind for site in result.report.sites] == ["group-norm"]
         assert_same_numerics(model, result.model)
+
+
+def _space_to_depth_norm(front: str, gamma: tuple | None = None) -> onnx.ModelProto:
+    """x [1, 4, 4, 4] -> `front` -> a layer norm over the last axis (then `* gamma` of shape
+    `gamma`):
+    `s2d` Transpose(SpaceToDepth(x, 2), [0, 2, 3, 1]) ([1, 2, 2, 16], adversary 7's
+    `a7_space_to_depth` in float32); `einsum` the same values by Einsum (not on the
+    allow-list)."""
+    if front == "s2d":
+        fronts = [
+            helper.make_node("SpaceToDepth", ["x"], ["s"], blocksize=2),
+            helper.make_node("Transpose", ["s"], ["p"], perm=[0, 2, 3, 1]),
+        ]
+    else:
+        fronts = [
+            helper.make_node("SpaceToDepth", ["x"], ["s"], blocksize=2),
+            helper.make_node("Einsum", ["s"], ["p"], equation="nchw->nhwc"),
+        ]
+    out = "y" if gamma is None else "n"
+    nodes = [*fronts, *_layer_norm("p", out)]
+    extra = {}
+    if gamma is not None:
+        nodes.append(helper.make_node("Mul", ["n", "gamma"], ["y"]))
+        count = int(np.prod(gamma))
+        extra["gamma"] = np.linspace(0.5, 1.5, count, dtype=np.float32).reshape(gamma)
+    return _model(nodes, [1, 4, 4, 4], extra)
+
+
+def test_layer_norm_behind_space_to_depth_fuses() -> None:
+    """ADV7-05: SpaceToDepth is on the allow-list (swept in test_ort_shape_agreement.py), so
+    the normalised dim 16 behind it is known and the layer norm fuses."""
+    model = _space_to_depth_norm("s2d", gamma=(16,))
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert result.report.near_misses == []
+    assert_same_numerics(model, result.model, seed=6)
+
+
+@pytest.mark.parametrize(
+    ("front", "gamma", "reason"),
+    [("einsum", None, "unknown-rank"), ("s2d", (2, 1), "gamma-shape")],
+)
+def test_layer_norm_behind_space_to_depth_look_alikes(front, gamma, reason) -> None:
+    """The same values moved by Einsum (off the allow-list: no rank trusted), or a scale
+    [2, 1] that varies along W, not the normalised axis: nothing fused, the reason given."""
+    model = _space_to_depth_norm(front, gamma)
+    run(model, random_inputs(model))
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == model.SerializeToString()
+    assert reason in [miss.reason for miss in result.report.near_misses]

@@ -446,7 +446,7 @@ WINDOW_BOUNDS = [None, -9, -4, -3, -1, 0, 1, 3, 4, 9]
 
 def test_shape_windows_are_the_dims_onnx_runtime_returns() -> None:
     """`_shape_window` against ORT's Shape-15 kernel on a rank-4 tensor, every start/end pair."""
-    from normfuse.passes.group_norm import _shape_window
+    from normfuse.static_values import shape_window as _shape_window
 
     dims = np.array([2, 3, 5, 7], np.int64)
     x = np.zeros(dims, np.float32)
@@ -834,3 +834,182 @@ def test_group_normalization_after_another_is_typed_and_rewritten(between: str) 
     assert result.report.near_misses == []
     assert "GroupNormalization" not in op_counts(result.model)
     assert_same_numerics(original, result.model, {"batch": 2}, seed=3)
+
+
+# Adversaries 6 and 7 (issue 26): grouping targets, a non-constant GroupNormalization affine,
+# and a layer norm between Reshapes that keep the last axis.
+
+
+def _hand_written_group_norm(
+    target: str, axes: tuple[int, ...] = (-1,), variance_axes=None, shape=(2, 8, 5, 5)
+) -> onnx.ModelProto:
+    """x [N, 8, 5, 5] -> Reshape(target) -> layer-norm statistics over `axes` (no affine) ->
+    Reshape(Shape(x)) -> gamma [8, 1, 1] -> beta. Targets: `slice` Concat(Slice(Shape(x), 0, 1),
+    [4, -1]) (`x.view(*x.shape[:1], 4, -1)`), `slice_two` Slice(.., 0, 2) (N and C, then
+    [4, -1]), `slice_channels` Slice(.., 1, 2) (C where N belongs), `split` [0, 4, 2, -1],
+    `split_static` [0, 4, 2, 25], `split_off` [0, 4, 5, -1] (the inner dims not C/G = 2 first:
+    still 50 per group), `split_zero` [0, 4, 0, -1] (a 0 copying x's dim 2)."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder(18)
+    if target.startswith("slice"):
+        start, end = {"slice": (0, 1), "slice_two": (0, 2), "slice_channels": (1, 2)}[target]
+        window = b.op(
+            "Slice",
+            [
+                b.op("Shape", ["x"]),
+                b.const([start], "start", np.int64),
+                b.const([end], "end", np.int64),
+            ],
+        )
+        grouped = b.op("Concat", [window, b.const([4, -1], "groups", np.int64)], axis=0)
+    else:
+        entries = {
+            "split": [0, 4, 2, -1],
+            "split_static": [0, 4, 2, 25],
+            "split_off": [0, 4, 5, -1],
+            "split_zero": [0, 4, 0, -1],
+        }[target]
+        grouped = b.const(entries, "grouped", np.int64)
+    reshaped = b.op("Reshape", ["x", grouped])
+    spec = LayerNormSpec(axes=axes, variance_axes=variance_axes, scale=False, bias=False)
+    normed = add_layer_norm(b, reshaped, (None, 4, 2, 25), spec, rng)
+    back = b.op("Reshape", [normed, b.op("Shape", ["x"])])
+    scaled = b.op("Mul", [back, b.const(rng.uniform(0.5, 1.5, (8, 1, 1)), "gamma")])
+    out = b.op("Add", [scaled, b.const(rng.normal(0, 0.5, (8, 1, 1)), "beta")])
+    graph = helper.make_graph(
+        b.nodes,
+        "hand_written_group_norm",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, list(shape))],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    ("target", "axes", "shape"),
+    [
+        ("slice", (-1,), (2, 8, 5, 5)),
+        ("slice", (-1,), ("batch", 8, 5, 5)),
+        ("split", (-2, -1), (2, 8, 5, 5)),
+        ("split", (-2, -1), ("batch", 8, 5, 5)),
+        ("split_static", (-2, -1), (2, 8, 5, 5)),
+        ("split_off", (-2, -1), (2, 8, 5, 5)),
+    ],
+)
+def test_fuses_group_norm_with_sliced_or_split_grouping_targets(target, axes, shape) -> None:
+    """ADV6-03: a grouping target whose batch is `Slice(Shape(x), 0, 1)` splits the channels
+    into groups; ADV6-06: [N, G, C/G, -1] with statistics over its last two axes (Keras'
+    channels-first group norm) normalises each group's C/G * H * W elements. Both fuse, the
+    second as LayerNormalization over the two axes, and compute the original."""
+    model = _hand_written_group_norm(target, axes, shape=shape)
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    node = next(n for n in result.model.graph.node if n.op_type == "LayerNormalization")
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["axis"] == -len(axes)
+    onnx.checker.check_model(result.model, full_check=True)
+    assert_same_numerics(model, result.model, {"batch": 3}, seed=2)
+    for x in adversarial_inputs((2, 8, 5, 5)):
+        assert_as_accurate(model, result.model, x)
+
+
+@pytest.mark.parametrize(
+    ("target", "axes", "variance_axes", "reason"),
+    [
+        # Slice windows off by one: N and C, then [4, -1] (rank 4, groups a dim of x); C where
+        # the batch belongs.
+        ("slice_two", (-1,), None, "not-channel-groups"),
+        ("slice_channels", (-1,), None, "not-channel-groups"),
+        # [N, G, C/G, H*W] normalised over its last axis only (each channel's own positions).
+        ("split", (-1,), None, "group-statistics-axes"),
+        # The mean over both axes, the variance over the last only.
+        ("split", (-2, -1), (-1,), "mismatched-axes"),
+        # A 0 in the group's dims copies x's dim 2: not proved to be C/G.
+        ("split_zero", (-2, -1), None, "not-channel-groups"),
+    ],
+)
+def test_grouping_target_look_alikes_are_left_with_their_reason(
+    target, axes, variance_axes, reason
+) -> None:
+    model = _hand_written_group_norm(target, axes, variance_axes)
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == model.SerializeToString()
+    assert reason in [m.reason for m in result.report.near_misses if m.kind == "group-norm"]
+
+
+def test_group_normalization_with_a_scale_fed_at_run_time_says_why_it_stays() -> None:
+    """ADV6-02: a GroupNormalization-21 node whose scale and bias are graph inputs (ONNX
+    Runtime runs its one-pass body) is left with a near-miss naming the scale."""
+    model = group_normalization_model((2, 8, 5, 5))
+    for parameter in list(model.graph.initializer):
+        model.graph.input.append(
+            helper.make_tensor_value_info(parameter.name, onnx.TensorProto.FLOAT, [8])
+        )
+    del model.graph.initializer[:]
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == model.SerializeToString()
+    misses = [(m.kind, m.reason) for m in result.report.near_misses]
+    assert misses == [("group-norm", "gamma-shape")]
+    assert "not a true constant" in result.report.near_misses[0].detail
+
+
+def _reshaped_layer_norm(target: list[int], axes: tuple[int, ...] = (-1,)) -> onnx.ModelProto:
+    """x [2, 6, 16] -> Reshape(target) -> a layer norm over `axes` (affine on the last axis when
+    it is the only one) -> Reshape([2, 6, 16]) (adversary 7's `a7_reshape_ln`, float32)."""
+    b = GraphBuilder(18)
+    reshaped = b.op("Reshape", ["x", b.const(target, "grouped", np.int64)])
+    spec = LayerNormSpec(axes=axes, scale=axes == (-1,), bias=axes == (-1,))
+    normed = add_layer_norm(b, reshaped, tuple(target), spec, np.random.default_rng(4))
+    out = b.op("Reshape", [normed, b.const([2, 6, 16], "back", np.int64)])
+    graph = helper.make_graph(
+        b.nodes,
+        "reshaped_layer_norm",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 6, 16])],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [2, 6, 16])],
+        b.initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("target", [[2, 3, 2, 16], [12, 16], [12, 1, 16]])
+def test_layer_norm_between_reshapes_keeping_the_last_axis_fuses(target: list[int]) -> None:
+    """ADV7-01: Reshapes that keep the last axis around statistics over it alone: each row
+    normalised is a row of x, a layer norm (not a group norm), fused by the layer-norm pass."""
+    model = _reshaped_layer_norm(target)
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert result.report.near_misses == []
+    onnx.checker.check_model(result.model, full_check=True)
+    assert_same_numerics(model, result.model, seed=4)
+
+
+def test_two_rows_of_x_normalised_together_are_a_group_norm() -> None:
+    """[2, 6, 16] -> [2, 3, 2, 16], statistics over the last two axes, Reshape back: 3 groups of
+    2 channels of x [N, C, S], exactly; fused by the group-norm pass over the two axes."""
+    model = _reshaped_layer_norm([2, 3, 2, 16], (-2, -1))
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert_same_numerics(model, result.model, seed=4)
+
+
+@pytest.mark.parametrize(
+    ("target", "axes"),
+    [
+        ([2, 12, 8], (-1,)),  # the last axis split: rows of 8 are no rows of x
+        ([12, 16], (-2, -1)),  # every row of both samples normalised together
+    ],
+)
+def test_layer_norm_between_reshapes_that_regroup_rows_is_left(target, axes) -> None:
+    model = _reshaped_layer_norm(target, axes)
+    result = normfuse.optimize(model)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == model.SerializeToString()
+    assert ("layer-norm", "group-norm") in [(m.kind, m.reason) for m in result.report.near_misses]

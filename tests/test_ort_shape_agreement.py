@@ -283,6 +283,19 @@ def _shape_cases() -> list[Case]:
         Case("Split", [x, i64(1, 3)], {"axis": 2}, outputs=2),
         Case("Split", [x], {"axis": 1, "num_outputs": 2}, outputs=2),
         Case("Split", [(2, 7)], {"axis": 1, "num_outputs": 3}, outputs=3),
+        *(
+            Case("SpaceToDepth", [s], {"blocksize": b}, opset=o)
+            for s, b, o in (((1, 4, 4, 4), 2, 18), ((2, 3, 6, 9), 3, 18), ((1, 2, 2, 4), 1, 13))
+        ),
+        *(
+            Case("DepthToSpace", [s], {"blocksize": b} | m, opset=o)
+            for s, b, m, o in (
+                ((1, 16, 2, 2), 2, {}, 18),
+                ((2, 18, 2, 3), 3, {"mode": "CRD"}, 18),
+                ((1, 8, 3, 1), 2, {"mode": "DCR"}, 13),
+                ((1, 4, 2, 2), 1, {}, 11),
+            )
+        ),
         Case("Shape", [x]),
         *(Case("Shape", [x], {"start": s, "end": e}) for s, e in ((1, 10), (-2, -1), (2, 1))),
         Case("Size", [x]),

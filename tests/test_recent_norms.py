@@ -420,3 +420,72 @@ def test_recent_fixtures_stay_within_their_budget() -> None:
     assert len(sizes) >= 20
     assert max(sizes) <= 300 * 1024
     assert sum(sizes) <= 2.5 * 1024 * 1024
+
+
+def _grouped_rms_by_shape(target: str) -> onnx.ModelProto:
+    """h = x * silu(z) [batch, seq, 64] -> Reshape(h, t) -> RMS over the last axis ->
+    Reshape(Shape(h)) -> weight (Mamba2's `h.view(*h.shape[:-1], G, -1)`, batch and length
+    symbolic). `t`: `copied` Concat(Shape(h)[0:2], [4, -1]); `window_off` Shape(h)[0:1] (one
+    dim fewer: [batch, 4, 16 * seq], rows of a symbolic length); `other_tensor` Shape(z)[0:2]
+    (another tensor's dims); `allowzero` the copied target read with allowzero=1."""
+    start, end, source = 0, 2, "h"
+    if target == "window_off":
+        end = 1
+    elif target == "other_tensor":
+        source = "z"
+    allowzero = {"allowzero": 1} if target == "allowzero" else {}
+    nodes = [
+        helper.make_node("Sigmoid", ["z"], ["sig"]),
+        helper.make_node("Mul", ["z", "sig"], ["silu"]),
+        helper.make_node("Mul", ["x", "silu"], ["h"]),
+        helper.make_node("Shape", [source], ["dims"]),
+        helper.make_node("Slice", ["dims", "start", "end"], ["lead"]),
+        helper.make_node("Concat", ["lead", "tail"], ["target"], axis=0),
+        helper.make_node("Reshape", ["h", "target"], ["grouped"], **allowzero),
+        helper.make_node("Pow", ["grouped", "two"], ["square"]),
+        helper.make_node("ReduceMean", ["square"], ["mean_square"], axes=[-1]),
+        helper.make_node("Add", ["mean_square", "eps"], ["shifted"]),
+        helper.make_node("Sqrt", ["shifted"], ["rms"]),
+        helper.make_node("Div", ["grouped", "rms"], ["normed"]),
+        helper.make_node("Shape", ["h"], ["h_dims"]),
+        helper.make_node("Reshape", ["normed", "h_dims"], ["ungrouped"]),
+        helper.make_node("Mul", ["weight", "ungrouped"], ["y"]),
+    ]
+    rng = np.random.default_rng(9)
+    initializers = [
+        _const("start", np.array([start], np.int64)),
+        _const("end", np.array([end], np.int64)),
+        _const("tail", np.array([CHANNELS // GROUP, -1], np.int64)),
+        _const("two", np.float32(2.0)),
+        _const("eps", np.float32(1e-5)),
+        _const("weight", rng.uniform(0.5, 1.5, CHANNELS).astype(np.float32)),
+    ]
+    inputs = [helper.make_tensor_value_info(name, F32, ["batch", "seq", CHANNELS]) for name in "xz"]
+    output = helper.make_tensor_value_info("y", F32, ["batch", "seq", CHANNELS])
+    return _model(nodes, inputs, output, initializers)
+
+
+def test_grouped_rms_with_a_target_copying_symbolic_dims_fuses() -> None:
+    """ADV6-01: a target `Concat(Shape(h)[0:2], [G, -1])` copies h's own (symbolic) dims, so it
+    reshapes as [0, 0, G, -1] does and the group size is D / G = 16: the RMS norm fuses and
+    computes the original."""
+    original = _grouped_rms_by_shape("copied")
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["rms-norm"]
+    assert result.report.near_misses == []
+    assert op_counts(result.model)["SimplifiedLayerNormalization"] == 1
+    assert_same_numerics(original, result.model, {"batch": 3, "seq": 5}, seed=8)
+
+
+@pytest.mark.parametrize("target", ["window_off", "other_tensor", "allowzero"])
+def test_grouped_rms_targets_that_do_not_copy_the_input_are_left(target: str) -> None:
+    """One thing changed: the window one dim short (rows of 16 * seq, not static), dims read
+    from another tensor (z: the same shape only at run time), or allowzero=1 (a 0 would be a
+    0): nothing fused, `unknown-shape`."""
+    original = _grouped_rms_by_shape(target)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert result.model.SerializeToString() == original.SerializeToString()
+    assert [(m.kind, m.reason) for m in result.report.near_misses] == [
+        ("rms-norm", "unknown-shape")
+    ]

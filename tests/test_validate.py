@@ -410,14 +410,103 @@ def test_models_with_other_inputs_are_named_plainly(tmp_path: Path, capsys) -> N
     assert f"{first.graph.input[0].name} in the original, renamed in the candidate" in error
 
 
-def test_a_site_validate_cannot_run_alone_says_so() -> None:
-    """A site --validate could not isolate is left decomposed (not proved), and the near-miss
-    says it was not checked, not that it differed (adversary 6, ADV6-05)."""
+def test_a_group_normalization_in_a_function_is_checked_alone() -> None:
+    """ADV6-05: a GroupNormalization-21 node in a model-local function is typed in the body as
+    in a graph (its output as its input), so --validate runs the rewritten site alone against
+    the node, and keeps it."""
     from models.adversarial_6 import CASES as SIXTH
 
     case = next(case for case in SIXTH if case.name == "a6_gn21_in_function")
-    result = normfuse.optimize(case.build(), validation=normfuse.ValidationOptions())
+    model = case.build()
+    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["group-norm"]
+    assert result.report.near_misses == []
+    checks = result.report.validation.sites
+    assert checks and all(check.comparison is not None and check.passed for check in checks)
+    assert result.report.validation.passed
+
+
+def _float16_moved_norm(tail: str) -> onnx.ModelProto:
+    """A float16 layer norm of x [1, 6, 16] whose result is moved by `tail`: `expand_shape`
+    Expand(., Shape(z)) (adversary 7's `a7_expand_runtime_out`: z read for its shape only);
+    `expand_values` Expand(., s) with s an int64 graph input; `gather_values` Gather(., i, axis
+    1) with i an int64 graph input (both read for their values)."""
+    from models.adversarial_6 import F16, _f16_case, _n16
+
+    def body(g) -> None:
+        normed = _n16(g, "x", "ln", (1, 6, 16))
+        if tail == "expand_shape":
+            g.op("Expand", [normed, g.op("Shape", ["z"])], "y")
+        elif tail == "expand_values":
+            g.op("Expand", [normed, "s"], "y")
+        else:
+            g.op("Gather", [normed, "i"], "y", axis=1)
+
+    x = ("x", F16, (1, 6, 16))
+    inputs = {
+        "expand_shape": [x, ("z", F16, (2, 6, 16))],
+        "expand_values": [x, ("s", onnx.TensorProto.INT64, (3,))],
+        "gather_values": [x, ("i", onnx.TensorProto.INT64, (3,))],
+    }[tail]
+    out = (1, 3, 16) if tail == "gather_values" else (2, 6, 16)
+    return _f16_case(body, inputs, [("y", F16, out)])()
+
+
+def test_a_site_moved_to_another_tensors_shape_is_checked_alone() -> None:
+    """ADV7-04: a float16 norm's result moved by Expand to Shape(z) (z read only through
+    Shape) is cut out with z fed as zeros of its shape: the site is compared alone, passes and
+    is kept."""
+    model = _float16_moved_norm("expand_shape")
+    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert result.report.near_misses == []
+    checks = result.report.validation.sites
+    assert checks and all(check.comparison is not None and check.passed for check in checks)
+    assert result.report.validation.passed
+
+
+@pytest.mark.parametrize("tail", ["expand_values", "gather_values"])
+def test_a_site_moved_by_another_tensors_values_is_not_checked_alone(tail: str, tmp_path) -> None:
+    """The same site moved by a graph input's values (an Expand shape, Gather indices): no
+    zeros stand in for values, the site is not isolated and is left (`failed-validation`,
+    "could not check the site alone"); without --validate it fuses."""
+    model = _float16_moved_norm(tail)
+    assert [site.kind for site in normfuse.optimize(model).report.sites] == ["layer-norm"]
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(0, 1, (1, 6, 16)).astype(np.float16)}
+    index = {"s": np.array([2, 6, 16])} if tail == "expand_values" else {"i": np.array([5, 0, 2])}
+    feeds |= index
+    npz = tmp_path / "feeds.npz"
+    np.savez(npz, **feeds)
+    options = normfuse.ValidationOptions(npz=str(npz))
+    result = normfuse.optimize(model, validation=options)
     misses = [miss for miss in result.report.near_misses if miss.reason == "failed-validation"]
     assert result.report.sites == [] and len(misses) == 1
     assert "could not check the site alone" in misses[0].detail
-    assert "differed" not in misses[0].detail
+    assert "differed" not in misses[0].detail  # not checked, not found to differ (ADV6-05)
+
+
+def test_shape_only_sources_never_stand_in_for_the_output() -> None:
+    """A site output produced in a body the scope's node list does not hold (an If branch in a
+    function) is not a tensor read for its shape: no zeros stand in for it (a site compared as
+    its own zero input would pass unchecked: the a3_fn_nested_if cases)."""
+    from onnx import helper
+
+    from normfuse.subgraph import shape_only_sources
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["z"], ["s"]),
+            helper.make_node("Expand", ["x", "s"], ["y"]),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [3, 4]),
+        ],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 4])],
+    )
+    model = helper.make_model(graph)
+    assert shape_only_sources(model, {"x"}, "y") == ["z"]
+    assert shape_only_sources(model, {"z"}, "y") is None  # x is read for its values
+    assert shape_only_sources(model, {"x"}, "unknown_output") is None

@@ -35,7 +35,7 @@ BROADCAST = _ops(
 )
 SHAPE_OPS = _ops(
     "Constant Shape Size Reshape Transpose Unsqueeze Squeeze Concat Gather GatherElements GatherND "
-    "Slice Flatten Expand Tile ConstantOfShape Range Split"
+    "Slice Flatten Expand Tile ConstantOfShape Range Split SpaceToDepth DepthToSpace"
 )
 REDUCE = _ops("ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceSumSquare ReduceL2")
 OTHER = _ops(

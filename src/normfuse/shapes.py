@@ -15,7 +15,7 @@ from normfuse.context import Context
 from normfuse.inference import TensorType, collect, infer
 from normfuse.scopes import all_graphs, overridable
 from normfuse.skeleton import skeleton
-from normfuse.static_values import MAX_DEPTH, Memo, static_value
+from normfuse.static_values import MAX_DEPTH, Memo, shape_entries, static_value
 from normfuse.targets import Target
 
 # Rounds of folding Reshape targets and inferring again (each round may make the next fold
@@ -130,8 +130,13 @@ def fold_reshape_targets(
     folded: dict[str, np.ndarray] = {}
     seen: set[int] = set()
     memo: Memo = {}
-    for _node, name in candidates:
-        if name in tensors:
+    for node, name in candidates:
+        if name not in tensors:
+            continue
+        copied = _copying_target(node, tensors, context)
+        if copied is not None:
+            folded[name] = copied
+        else:
             _fold_parts(tensors[name], context, folded, (seen, memo), MAX_DEPTH)
     folded = {name: value for name, value in folded.items() if name not in outputs}
     if not folded:
@@ -147,6 +152,44 @@ def fold_reshape_targets(
                 node.output[index] = fresh
                 model.graph.initializer.append(onnx.numpy_helper.from_array(folded[name], name))
     return model
+
+
+def _copying_target(
+    node: onnx.NodeProto, tensors: dict[str, gs.Tensor], context: Context
+) -> np.ndarray | None:
+    """A Reshape target computed from `Shape` of the Reshape's own input, as the constant that
+    computes the same reshape: entry i "dim i of the input" written 0 (which copies dim i where
+    `allowzero` is 0), other entries the ints they are (`Concat(Shape(h)[0:2], [G, -1])` of
+    h [b, l, D] is [0, 0, G, -1]: onnx then sizes the -1, D / G, which it cannot from the
+    symbols). Only where every reader of the target is such a Reshape of that input (the value
+    stands in for the target in the skeleton that is inferred, never in the model); None
+    otherwise."""
+    if node.op_type != "Reshape" or len(node.input) != 2:
+        return None
+    data, target = tensors.get(node.input[0]), tensors.get(node.input[1])
+    if data is None or target is None or context.reader.value(target) is not None:
+        return None
+    readers = target.outputs
+    if any(
+        reader.op != "Reshape"
+        or reader.attrs.get("allowzero", 0)
+        or reader.inputs[0] is not data
+        or reader.inputs[1] is not target
+        for reader in readers
+    ):
+        return None
+    entries = shape_entries(target, context)
+    if entries is None:
+        return None
+    copied = [
+        0 if isinstance(entry, tuple) and entry[0] is data and entry[1] == axis else entry
+        for axis, entry in enumerate(entries)
+    ]
+    if not all(isinstance(entry, int) for entry in copied) or all(
+        isinstance(entry, int) for entry in entries
+    ):
+        return None
+    return np.array(copied, np.int64)
 
 
 def _fold_parts(
@@ -223,12 +266,14 @@ def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
         for info in graph.output:
             if info.type.HasField("tensor_type") and info.name not in inputs:
                 info.type.tensor_type.ClearField("shape")
+    for function in copy.functions:  # a body typed per call, as a graph is (ADV6-05)
+        _typed_as_input(function)
     return copy
 
 
-def _typed_as_input(graph: onnx.GraphProto) -> None:
-    """Each node of `graph` in `TYPED_AS_INPUT` made an Identity of its first input, in place
-    (in the skeleton types are derived from, never in the model)."""
+def _typed_as_input(graph: onnx.GraphProto | onnx.FunctionProto) -> None:
+    """Each node of `graph` (or a function body) in `TYPED_AS_INPUT` made an Identity of its
+    first input, in place (in the skeleton types are derived from, never in the model)."""
     for node in graph.node:
         standard = node.domain in ("", "ai.onnx")
         if node.op_type in TYPED_AS_INPUT and standard and node.input and len(node.output) == 1:

@@ -13,7 +13,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse.records import Site
 from normfuse.shapes import TensorType
-from normfuse.subgraph import extract
+from normfuse.subgraph import extract, shape_only_sources
 
 SITE_ROWS = 8
 
@@ -44,12 +44,44 @@ def isolate(
     output_type = types.get(output, (None,))[0]
     if feeds is None or output_type is None:
         return "input or output type unknown"
-    inputs = {name: (types[name][0], list(value.shape)) for name, value in feeds.items()}
-    before = extract(original, inputs, output, output_type, base_dir, site.function)
-    after = extract(candidate, inputs, output, output_type, base_dir, site.function)
-    if before is None or after is None:
-        return "could not isolate the site"
-    return IsolatedSite(before, after, feeds)
+    for _ in range(2):
+        inputs = {name: (types[name][0], list(value.shape)) for name, value in feeds.items()}
+        before = extract(original, inputs, output, output_type, base_dir, site.function)
+        after = extract(candidate, inputs, output, output_type, base_dir, site.function)
+        if before is not None and after is not None:
+            return IsolatedSite(before, after, feeds)
+        shaped = _shape_feeds(site, original, candidate, set(feeds), output, types, dims)
+        if shaped is None:
+            break
+        feeds = {**feeds, **shaped}
+    return "could not isolate the site"
+
+
+def _shape_feeds(
+    site: Site,
+    original: onnx.ModelProto,
+    candidate: onnx.ModelProto,
+    fed: set[str],
+    output: str,
+    types: dict[str, TensorType],
+    dims: dict[str, int],
+) -> dict[str, np.ndarray] | None:
+    """Zeros for the tensors the site's output depends on only through `Shape` (or `Size`) in
+    both models (a Reshape back to `Shape(x)`, output moves to `Shape(z)`: ADV7-04), each of its
+    derived shape, symbolic dims at `dims` (1 where not given); None where there are none, or
+    one's type or shape is not known."""
+    found = [
+        shape_only_sources(model, fed, output, site.function) for model in (original, candidate)
+    ]
+    names = sorted({name for names in found if names is not None for name in names})
+    if not names or any(name not in types or types[name][1] is None for name in names):
+        return None
+    feeds = {}
+    for name in names:
+        elem_type, shape = types[name]
+        concrete = [dim if isinstance(dim, int) else dims.get(dim, 1) for dim in shape]
+        feeds[name] = np.zeros(concrete, onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    return feeds
 
 
 def site_feeds(site: Site, types: dict, dims: dict[str, int], seed: int) -> dict | None:

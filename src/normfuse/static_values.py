@@ -4,7 +4,8 @@ Exporters write a normalisation's divisor or axes from the input's shape: `Cast(
 -1))` for d, `Range(axis, Size(Shape(x)))` for the axes (ONNX's own function bodies). Where the
 shapes those nodes read are known and static, the value is a constant in fact. Each step is folded
 by `normfuse.folding` (one exact implementation per op and opset version); anything else is None
-(unknown).
+(unknown). Where the dims are not static, a shape tensor can still be read as entries: ints and
+"dim k of tensor t" (`shape_entries`), for the Reshape targets exporters compute from `Shape`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from normfuse.constants import DEFAULT_DOMAINS, written_axes
 from normfuse.context import Context
-from normfuse.folding import fold
+from normfuse.folding import Opset, fold, resolved_attributes
 
 MAX_DEPTH = 16
 
 
 Memo = dict[int, tuple[int, "np.ndarray | None"]]
+# One entry of a shape tensor: an int, or (t, k) for "dim k of tensor t".
+ShapeEntry = int | tuple[gs.Tensor, int]
 
 
 def static_value(
@@ -107,3 +111,102 @@ def _fold(node: gs.Node, inputs: list[np.ndarray], context: Context) -> np.ndarr
         return None
     reader = context.reader
     return fold(node.op, reader.opset, node.attrs, inputs, reader.max_elements)
+
+
+def shape_entries(
+    tensor: gs.Tensor, context: Context, rank: int | None = None
+) -> list[ShapeEntry] | None:
+    """A 1-D shape tensor as entries: ints, or (t, k) for "dim k of tensor t" (`Shape(t)`, or
+    TorchScript's `Concat(Unsqueeze(Gather(Shape(t), k)), ...)`); None when not decidable."""
+    value = context.reader.value(tensor)
+    if value is not None:
+        return [int(entry) for entry in value.reshape(-1).tolist()] if value.ndim == 1 else None
+    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if node is None:
+        return None
+    if _is(node, "Shape"):
+        source_shape = context.shape(node.inputs[0])
+        count = len(source_shape) if source_shape is not None else rank
+        window = shape_window(node, count, context.reader.opset)
+        if window is None or window[1] is None:
+            return None
+        return [(node.inputs[0], axis) for axis in range(window[0], window[1])]
+    if _is(node, "Concat") and node.attrs.get("axis") == 0:
+        parts = [shape_entries(part, context) for part in node.inputs]
+        return None if any(part is None for part in parts) else [e for p in parts for e in p]
+    if _is(node, "Unsqueeze") and _unsqueezes_axis_0(node, context):
+        entry = _scalar_entry(node.inputs[0], context)
+        return None if entry is None else [entry]
+    if _is(node, "Slice"):
+        return _sliced_entries(node, context)
+    return None
+
+
+def _sliced_entries(node: gs.Node, context: Context) -> list[ShapeEntry] | None:
+    """`Slice(entries, [start], [end])` of a 1-D shape tensor with step 1 (`x.shape[:1]`), per
+    Slice-10 on: a negative bound counts from the end, both clamped to [0, len] (the rule of a
+    Python slice with step 1). None for the attribute form (Slice-1), other axes or steps, or
+    bounds that are not constants."""
+    if node.attrs or len(node.inputs) < 3:
+        return None
+    entries = shape_entries(node.inputs[0], context)
+    bounds = [context.reader.value(tensor) for tensor in node.inputs[1:3]]
+    if entries is None or any(b is None or b.shape != (1,) for b in bounds):
+        return None
+    # axes (one, of a 1-D tensor: 0 or -1) and steps (1), where given.
+    for tensor, allowed in zip(node.inputs[3:5], (([0], [-1]), ([1],)), strict=False):
+        value = context.reader.value(tensor) if tensor.name else None
+        if tensor.name and (value is None or value.tolist() not in allowed):
+            return None
+    start, end = (int(bound[0]) for bound in bounds)
+    return entries[start:end]
+
+
+def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
+    return written_axes(node, context.reader) == [0]
+
+
+def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
+    """A scalar constant, or `Gather(Shape(t), k)` (dim k of t)."""
+    value = context.reader.value(tensor)
+    if value is not None:
+        return int(value) if value.size == 1 and value.ndim == 0 else None
+    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if node is None or not _is(node, "Gather") or node.attrs.get("axis", 0) != 0:
+        return None
+    shape_node = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
+    index = context.reader.value(node.inputs[1])
+    if shape_node is None or not _is(shape_node, "Shape"):
+        return None
+    source_shape = context.shape(shape_node.inputs[0])
+    rank = None if source_shape is None else len(source_shape)
+    window = shape_window(shape_node, rank, context.reader.opset)
+    if window is None or index is None or index.ndim != 0 or int(index) < 0:
+        return None
+    start, end = window
+    axis = start + int(index)
+    return (shape_node.inputs[0], axis) if end is None or axis < end else None
+
+
+def shape_window(node: gs.Node, rank: int | None, opset: Opset) -> tuple[int, int | None] | None:
+    """The dims [start, end) of its input that a `Shape` node gives, per Shape-15: `start` 0
+    and `end` the rank by default, a negative one counted from the end, both clamped to
+    [0, rank] (an empty window where start >= end). Without the rank only the default window
+    is known, (0, None); None where the window is not known or an attribute is not one the
+    node's version at `opset` defines (Shape-1/13 have none)."""
+    attrs = node.attrs
+    if attrs and resolved_attributes("Shape", opset, attrs) is None:
+        return None
+    start, end = int(attrs.get("start", 0)), attrs.get("end")
+    if rank is None:
+        return (0, None) if start == 0 and end is None else None
+
+    def clamp(value: int) -> int:
+        return min(max(value + rank if value < 0 else value, 0), rank)
+
+    first = clamp(start)
+    return first, max(first, rank if end is None else clamp(int(end)))
+
+
+def _is(node: gs.Node, op: str) -> bool:
+    return node.op == op and node.domain in DEFAULT_DOMAINS

@@ -64,6 +64,40 @@ def extract(
     return site
 
 
+def shape_only_sources(
+    model: onnx.ModelProto,
+    inputs: set[str],
+    output_name: str,
+    function: tuple[str, str] | None = None,
+) -> list[str] | None:
+    """The tensors besides `inputs` and constants that `output_name` depends on, where each is
+    read only by `Shape` or `Size` nodes on the way (a Reshape back to `Shape(x)`, an Expand to
+    `Shape(z)`): only their shapes matter, so a site can be cut out with them as inputs too.
+    None where the output depends on another tensor's values (or on nothing more)."""
+    nodes, initializers, _ = _scope(model, function)
+    producers = {name: node for node in nodes for name in node.output}
+    readers: dict[str, set[str]] = {}
+    stack, seen, sources = [output_name], set(), []
+    while stack:
+        name = stack.pop()
+        if name in seen or name in inputs or not name or name in initializers:
+            continue
+        seen.add(name)
+        node = producers.get(name)
+        if node is None:
+            sources.append(name)
+            continue
+        for tensor in node.input:
+            readers.setdefault(tensor, set()).add(node.op_type)
+        stack.extend(node.input)
+    # Each source read, and only through Shape or Size: never the output itself (a producer
+    # outside the scope's nodes, in a nested body, is no tensor read for its shape).
+    shape_only = all(readers.get(name) and readers[name] <= {"Shape", "Size"} for name in sources)
+    if not sources or not shape_only:
+        return None
+    return sorted(sources)
+
+
 def _scope(
     model: onnx.ModelProto, function: tuple[str, str] | None
 ) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto], list[onnx.OperatorSetIdProto]]:

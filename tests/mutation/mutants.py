@@ -44,8 +44,8 @@ MUTANTS = (
     Mutant(
         "eps-x10-group-norm",
         "passes/group_norm.py",
-        "context, io, -1, eps, (scale, None))",
-        "context, io, -1, eps * 10, (scale, None))",
+        "context, io, axes[0], eps, (scale, None))",
+        "context, io, axes[0], eps * 10, (scale, None))",
         GROUP,
         "the fused group-norm statistics carry epsilon x10",
     ),
@@ -170,6 +170,31 @@ MUTANTS = (
         "    return True\n",
         GROUP,
         "a Reshape back to the Shape of any tensor (another input, a Transpose) counts as x's",
+    ),
+    Mutant(
+        "shape-slice-window-off-by-one",
+        "src/normfuse/static_values.py",
+        "    return entries[start:end]\n",
+        "    return entries[start : end + 1]\n",
+        GROUP,
+        "Slice(Shape(x), 0, 1) read as two dims of x: the grouping target's batch misread",
+    ),
+    Mutant(
+        "copied-target-ignores-allowzero",
+        "src/normfuse/shapes.py",
+        '        or reader.attrs.get("allowzero", 0)\n',
+        "",
+        ("tests/test_recent_norms.py",),
+        "a target copying its input's dims read as [0, 0, G, -1] under allowzero=1 (0 is 0)",
+    ),
+    Mutant(
+        "shape-only-source-any-reader",
+        "src/normfuse/subgraph.py",
+        'shape_only = all(readers.get(name) and readers[name] <= {"Shape", "Size"} for name in '
+        "sources)",
+        "shape_only = True",
+        ("tests/test_validate.py",),
+        "--validate feeds zeros for tensors read for their values, or for the site's own output",
     ),
     Mutant(
         "integer-mod-takes-the-dividends-sign",
