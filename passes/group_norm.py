@@ -139,7 +139,7 @@ class GroupNormPass:
 def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | None:
     """(x, the Reshape) when the statistics read a Reshape of x and their result (after any
     constant scale or bias) is reshaped again: the shape of a group norm, to be checked."""
-    found = match_first(_RESHAPE, match["x"], context.reader)
+    found = match_first(_RESHAPE, match["x"], context.facts)
     chain = _affine_chain(match.root, context)
     result = chain[-1].outputs[0] if chain else match.root
     users = result.outputs
@@ -183,11 +183,11 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     the op applies it). -18's per-group scale and bias become per channel
     (`_group_normalization_affine`)."""
     node = match.node("group_normalization")
-    found = schema("GroupNormalization", context.reader.opset)
+    found = schema("GroupNormalization", context.facts.opset)
     if found is None or found.since_version not in (18, 21):
         return None
     x = match["x"]
-    elem_type = context.elem_type(x)
+    elem_type = context.facts.elem_type(x)
     if elem_type not in _GROUP_NORMALIZATION_TYPES:
         shown = "unknown" if elem_type is None else onnx.TensorProto.DataType.Name(elem_type)
         raise checks.Reject(
@@ -201,7 +201,7 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     shape = checks.known_shape(x, context)
     if len(shape) < 3 or not all(isinstance(dim, int) for dim in shape[1:]):
         raise checks.Reject("unknown-shape", f"the channel and spatial dims of {list(shape)}")
-    attrs = resolved_attributes("GroupNormalization", context.reader.opset, node.attrs)
+    attrs = resolved_attributes("GroupNormalization", context.facts.opset, node.attrs)
     if attrs is None or attrs.get("stash_type", 1) != onnx.TensorProto.FLOAT:
         raise checks.Reject("cast-types", "GroupNormalization computes in another stash type")
     channels, groups = shape[1], int(attrs["num_groups"])
@@ -214,7 +214,7 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
         raise checks.Reject("epsilon-not-positive", f"epsilon is {eps}")
     dtype = _GROUP_NORMALIZATION_TYPES[elem_type]
     affine = _group_normalization_affine(match, context, shape, groups, found.since_version, dtype)
-    emission = context.emissions[KIND]
+    emission = context.policy.emissions[KIND]
     if emission is None:
         raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
     inner = int(np.prod(shape[1:])) // groups
@@ -262,7 +262,7 @@ def _group_normalization_affine(
     per_channel = (channels, *(1,) * (len(shape) - 2))
     affine = []
     for name in ("gn_scale", "gn_bias"):
-        value = context.reader.value(match[name])
+        value = context.facts.value(match[name])
         if value is None or value.shape != (count,) or value.dtype != dtype:
             shown = "unknown" if value is None else f"{list(value.shape)} {value.dtype}"
             raise checks.Reject(
@@ -282,7 +282,7 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     are the layer-norm pass's."""
     if "instance_norm" in match or "variance_mean" in match:
         return None  # a plain InstanceNormalization node (already fused), or not a group norm
-    shape = context.shape(match["x"])
+    shape = context.facts.shape(match["x"])
     users = match.root.outputs
     if shape is None or len(shape) < 3 or len(users) != 1 or not _is_affine(users[0], context):
         return None
@@ -292,7 +292,7 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
         return None
     axes = tuple(range(2 - rank, 0))
     reducers = [match.node("mean"), match.node("variance_reduce")]
-    if any(reduce_axes(node, rank, context.reader) != axes for node in reducers):
+    if any(reduce_axes(node, rank, context.facts) != axes for node in reducers):
         return None  # not instance-norm statistics: the layer-norm pass's
     spatial = checks.normalised_shape(shape, axes)
     io = checks.fused_io(match, context)
@@ -340,7 +340,7 @@ def _grouped_layout(
 
 def _static_tail(tensor: gs.Tensor, context: Context) -> tuple | None:
     """The shape of `tensor` when every dim but the first is static."""
-    shape = context.shape(tensor)
+    shape = context.facts.shape(tensor)
     if shape is None or not shape or not all(isinstance(d, int) for d in shape[1:]):
         return None
     return shape
@@ -395,7 +395,7 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     back = users[0]
     target = _shape_entries(back.inputs[1], context, len(shape))
     if target is not None and len(target) == len(shape):
-        grouped_shape = context.shape(normed) or ()
+        grouped_shape = context.facts.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
         kept = [
             _dim_of(entry, x, axis)
@@ -443,16 +443,16 @@ def _shape_entries(
 ) -> list[ShapeEntry] | None:
     """A 1-D shape tensor as entries: ints, or (t, k) for "dim k of tensor t" (`Shape(t)`, or
     TorchScript's `Concat(Unsqueeze(Gather(Shape(t), k)), ...)`); None when not decidable."""
-    value = context.reader.value(tensor)
+    value = context.facts.value(tensor)
     if value is not None:
         return [int(entry) for entry in value.reshape(-1).tolist()] if value.ndim == 1 else None
     node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     if node is None:
         return None
     if _is(node, "Shape"):
-        source_shape = context.shape(node.inputs[0])
+        source_shape = context.facts.shape(node.inputs[0])
         count = len(source_shape) if source_shape is not None else rank
-        window = _shape_window(node, count, context.reader.opset)
+        window = _shape_window(node, count, context.facts.opset)
         if window is None or window[1] is None:
             return None
         return [(node.inputs[0], axis) for axis in range(window[0], window[1])]
@@ -466,24 +466,24 @@ def _shape_entries(
 
 
 def _unsqueezes_axis_0(node: gs.Node, context: Context) -> bool:
-    return written_axes(node, context.reader) == [0]
+    return written_axes(node, context.facts) == [0]
 
 
 def _scalar_entry(tensor: gs.Tensor, context: Context) -> ShapeEntry | None:
     """A scalar constant, or `Gather(Shape(t), k)` (dim k of t)."""
-    value = context.reader.value(tensor)
+    value = context.facts.value(tensor)
     if value is not None:
         return int(value) if value.size == 1 and value.ndim == 0 else None
     node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     if node is None or not _is(node, "Gather") or node.attrs.get("axis", 0) != 0:
         return None
     shape_node = node.inputs[0].inputs[0] if len(node.inputs[0].inputs) == 1 else None
-    index = context.reader.value(node.inputs[1])
+    index = context.facts.value(node.inputs[1])
     if shape_node is None or not _is(shape_node, "Shape"):
         return None
-    source_shape = context.shape(shape_node.inputs[0])
+    source_shape = context.facts.shape(shape_node.inputs[0])
     rank = None if source_shape is None else len(source_shape)
-    window = _shape_window(shape_node, rank, context.reader.opset)
+    window = _shape_window(shape_node, rank, context.facts.opset)
     if window is None or index is None or index.ndim != 0 or int(index) < 0:
         return None
     start, end = window
@@ -521,7 +521,7 @@ def _show(entries: list[ShapeEntry]) -> list:
 
 
 def _check_instance_norm(match: Match, context: Context, groups: int) -> None:
-    scale, bias = context.reader.value(match["in_scale"]), context.reader.value(match["in_bias"])
+    scale, bias = context.facts.value(match["in_scale"]), context.facts.value(match["in_bias"])
     node = match.node("instance_norm")
     if scale is None or bias is None or scale.shape != (groups,) or bias.shape != (groups,):
         raise checks.Reject("per-group-affine", "InstanceNormalization scale/bias not [G]")
@@ -565,9 +565,9 @@ def _check_reshaped_variance(
 ) -> None:
     """The variance reduces the axes its mean does, and its Reshape restores the reduced axis."""
     reduce, mean = match.node("variance_reduce"), match.node("variance_mean")
-    if reduce_axes(reduce, rank, context.reader) != reduce_axes(mean, rank, context.reader):
+    if reduce_axes(reduce, rank, context.facts) != reduce_axes(mean, rank, context.facts):
         raise checks.Reject("mismatched-axes", "the variance reduces other axes than its mean")
-    target = context.reader.value(match["variance_shape"])
+    target = context.facts.value(match["variance_shape"])
     if target is None or kept_shape is None or tuple(target.reshape(-1).tolist()) != kept_shape:
         raise checks.Reject(
             "reshape-not-restored", f"the variance is reshaped to {target}, not {kept_shape}"
@@ -583,13 +583,13 @@ def _is_affine(node: gs.Node, context: Context) -> bool:
     return (
         (_is(node, "Mul") or _is(node, "Add"))
         and len(node.inputs) == 2
-        and sum(context.reader.is_constant(tensor) for tensor in node.inputs) == 1
+        and sum(context.facts.is_constant(tensor) for tensor in node.inputs) == 1
     )
 
 
 def _constant_operand(node: gs.Node, context: Context) -> np.ndarray | None:
-    constant = next(t for t in node.inputs if context.reader.is_constant(t))
-    return context.reader.value(constant)
+    constant = next(t for t in node.inputs if context.facts.is_constant(t))
+    return context.facts.value(constant)
 
 
 def _affine_chain(start: gs.Tensor, context: Context) -> list[gs.Node]:

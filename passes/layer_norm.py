@@ -267,7 +267,7 @@ def _reject_group_norm(match: Match, context: Context) -> None:
     statistics are not per-token. Conservatively, any norm sandwiched between Reshapes is left."""
     users = match.root.outputs
     reshaped_back = bool(users) and all(user.op == "Reshape" for user in users)
-    if reshaped_back and match_first(_RESHAPED, match["x"], context.reader) is not None:
+    if reshaped_back and match_first(_RESHAPED, match["x"], context.facts) is not None:
         raise checks.Reject(
             "group-norm", "statistics over a Reshape of the input, reshaped back: group norm"
         )

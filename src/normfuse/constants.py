@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -22,6 +23,28 @@ DEFAULT_DOMAINS = (None, "", "ai.onnx")
 # The ops this reader folds (through `normfuse.folding`, as their opset version specifies): a
 # scale or epsilon written as `Cast(c)` or `1 + w` is a constant; `static_values` folds more.
 _FOLDED = ("Cast", "Add", "Sub", "Mul", "Div")
+
+
+class Constants(Protocol):
+    """What reading a scope's true constants asks: a `ConstantReader`, or the scope's facts
+    (`facts.ScopeFacts`), which read through one."""
+
+    @property
+    def opset(self) -> Opset:
+        """The scope's default-domain opset."""
+
+    @property
+    def max_elements(self) -> int:
+        """The largest constant read, in elements."""
+
+    def value(self, tensor: gs.Tensor) -> np.ndarray | None:
+        """The value of `tensor` if it is a (small enough) true constant, else None."""
+
+    def is_constant(self, tensor: gs.Tensor) -> bool:
+        """True when `tensor` is a true constant, whatever its size."""
+
+    def scalar(self, tensor: gs.Tensor) -> float | None:
+        """The value of a one-element numeric constant as a Python float, else None."""
 
 
 class ConstantReader:
@@ -187,7 +210,7 @@ def _producer(tensor: gs.Tensor) -> gs.Node | None:
 def reduce_axes(
     node: gs.Node,
     rank: int | None,
-    reader: ConstantReader,
+    reader: Constants,
     read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
 ) -> tuple[int, ...] | None:
     """The axes a Reduce* node reduces, as sorted negative indices; None when not decidable.
@@ -214,7 +237,7 @@ def reduce_axes(
     return tuple(sorted(normalised))
 
 
-def _attributes(node: gs.Node, reader: ConstantReader) -> dict | None:
+def _attributes(node: gs.Node, reader: Constants) -> dict | None:
     """`node`'s attributes with the schema's defaults at the reader's opset; None for attribute
     references or an attribute the version does not define."""
     if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
@@ -224,7 +247,7 @@ def _attributes(node: gs.Node, reader: ConstantReader) -> dict | None:
 
 def written_axes(
     node: gs.Node,
-    reader: ConstantReader,
+    reader: Constants,
     read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
 ) -> list[int] | None:
     """The axes written on a Reduce*, Squeeze or Unsqueeze node (empty: none given), from the

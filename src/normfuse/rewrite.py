@@ -18,7 +18,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import final_check
-from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.constants import DEFAULT_DOMAINS, Constants
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
 from normfuse.float16_moves import LIFTABLE
@@ -100,7 +100,7 @@ def run(
                     sites, misses = find_sites(scope, fusion_pass, scope_context)
                     last_scan[(pass_index, scope_index)] = (changes, misses)
                     sites = [replace(site, function=function) for site in sites]
-                    apply_sites(scope, sites, names, scope_context.reader)
+                    apply_sites(scope, sites, names, scope_context.facts)
                     result.sites.extend(sites)
                     fused_this_round += len(sites)
                     changes += bool(sites)
@@ -117,12 +117,13 @@ def find_sites(
     """Every site `fusion_pass` would fuse in `graph` (non-overlapping) and every near-miss.
     A match is a subgraph of `graph` itself: one reaching into an enclosing scope's nodes is not
     a candidate here (it belongs to no single scope's rewrite)."""
+    context.facts.forget()  # static values derived before a rewrite are not reused after it
     candidates: dict[int, list[Match]] = {}
     in_scope = {id(node) for node in graph.nodes}
     roots = _RootIndex(fusion_pass.patterns)
     for node in graph.nodes:
         for tensor, pattern in roots.candidates(node):
-            found = match_first(pattern, tensor, context.reader)
+            found = match_first(pattern, tensor, context.facts)
             if found is not None and all(id(n) in in_scope for n in found.nodes):
                 key = id(fusion_pass.site_key(found))
                 candidates.setdefault(key, []).append(found)
@@ -201,8 +202,9 @@ def _decide(
             end = moves[-1].outputs[0] if moves else None
             fused = replace(outcome.fused, output_moves=moves, moved_output=end)
             outcome = replace(outcome, root=found.root, fused=fused)
-        if isinstance(outcome, Site) and outcome.output in context.excluded:
-            return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
+        excluded = context.policy.excluded
+        if isinstance(outcome, Site) and outcome.output in excluded:
+            return NearMiss(outcome.kind, outcome.output, *excluded[outcome.output])
         if isinstance(outcome, Site):
             outcome = _timed_form(outcome, node_label(fusion_pass.site_key(found)), context)
         if outcome is None or isinstance(outcome, Site):
@@ -217,7 +219,7 @@ def _timed_form(site: Site, label: str, context: Context) -> Site | NearMiss:
     """Policy, after every check has passed: a site whose form only a timing can choose
     (`FormQuestion`) is kept where `--tune-for` is off or the fused form wins on its provider;
     otherwise it stays decomposed with the decision's reason."""
-    question, chooser = site.form_question, context.form_chooser
+    question, chooser = site.form_question, context.policy.form_chooser
     if question is None or chooser is None:
         return site
     choice = chooser.choose(
@@ -226,7 +228,7 @@ def _timed_form(site: Site, label: str, context: Context) -> Site | NearMiss:
         question.elem_type,
         question.bias,
         question.tensors,
-        context.reader,
+        context.facts,
     )
     if choice.use_skip:
         return site
@@ -254,7 +256,7 @@ def _check_scope_facts(found: Match, context: Context) -> None:
     for node in found.nodes:
         check_attribute_values(node)
     touched = {t.name for node in found.nodes for t in [*node.inputs, *node.outputs]}
-    conflicted = sorted(touched & context.conflicts)
+    conflicted = sorted(touched & context.facts.conflicts)
     if conflicted:
         raise Reject(
             SHAPE_CONFLICT,
@@ -380,7 +382,7 @@ def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
 
 
 def apply_sites(
-    graph: gs.Graph, sites: list[Site], names: _NameRegistry, reader: ConstantReader
+    graph: gs.Graph, sites: list[Site], names: _NameRegistry, reader: Constants
 ) -> None:
     """Replace each site's subgraph by its fused node, keep output names, clean up, sort. New
     names are unique across every scope in `names`."""
@@ -496,7 +498,7 @@ class _NameRegistry:
 class _Emitter:
     """Adds nodes and tensors to one graph under unique, deterministic names."""
 
-    def __init__(self, graph: gs.Graph, names: _NameRegistry, reader: ConstantReader) -> None:
+    def __init__(self, graph: gs.Graph, names: _NameRegistry, reader: Constants) -> None:
         self.graph = graph
         self.names = names
         self.reader = reader  # reads a site's own initializers, external data included
@@ -583,7 +585,7 @@ def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
 
 
 def _holds_exactly(
-    constant: gs.Constant, value: np.ndarray, reader: ConstantReader, any_shape: bool = False
+    constant: gs.Constant, value: np.ndarray, reader: Constants, any_shape: bool = False
 ) -> bool:
     """Whether `constant` is `value`: the same element type, shape (or, with `any_shape`, element
     count) and bytes in order, its values read through the scope's reader, which already read

@@ -11,12 +11,11 @@ import onnx_graphsurgeon as gs
 
 from normfuse.agreed_types import AgreedTypes, agreed_types
 from normfuse.constants import ConstantReader
-from normfuse.context import Context
+from normfuse.facts import ScopeFacts
 from normfuse.inference import TensorType, collect, infer
 from normfuse.scopes import all_graphs, overridable
 from normfuse.skeleton import skeleton
-from normfuse.static_values import MAX_DEPTH, Memo, static_value
-from normfuse.targets import Target
+from normfuse.static_values import MAX_DEPTH
 
 # Rounds of folding Reshape targets and inferring again (each round may make the next fold
 # possible: a Reshape whose input became static).
@@ -124,15 +123,14 @@ def fold_reshape_targets(
     except Exception:  # a graph gs cannot read: no folding
         return None
     opset = next((e.version for e in stripped.opset_import if e.domain in ("", "ai.onnx")), None)
-    context = Context(ConstantReader(None, opset=opset), types, Target.ORT, {})
+    facts = ScopeFacts(ConstantReader(None, opset=opset), types)
     tensors = graph.tensors()
     outputs = {info.name for info in model.graph.output}
     folded: dict[str, np.ndarray] = {}
     seen: set[int] = set()
-    memo: Memo = {}
     for _node, name in candidates:
         if name in tensors:
-            _fold_parts(tensors[name], context, folded, (seen, memo), MAX_DEPTH)
+            _fold_parts(tensors[name], facts, folded, seen, MAX_DEPTH)
     folded = {name: value for name, value in folded.items() if name not in outputs}
     if not folded:
         return None
@@ -151,27 +149,26 @@ def fold_reshape_targets(
 
 def _fold_parts(
     tensor: gs.Tensor,
-    context: Context,
+    facts: ScopeFacts,
     folded: dict[str, np.ndarray],
-    visits: tuple[set[int], Memo],
+    seen: set[int],
     depth: int,
 ) -> None:
     """Record in `folded` the largest computed (not yet constant) parts of `tensor`'s
-    producers that fold to a value; `visits` (tensors already looked at, `static_value`'s memo)
-    keeps each tensor of the graph to one look."""
-    seen, memo = visits
+    producers that fold to a value; `seen` (tensors already looked at) and the facts' memo of
+    static values keep each tensor of the graph to one look."""
     if depth == 0 or id(tensor) in seen or len(tensor.inputs) != 1:
         return
     seen.add(id(tensor))
-    if context.reader.value(tensor) is not None:
+    if facts.value(tensor) is not None:
         return
-    value = static_value(tensor, context, memo=memo)
+    value = facts.static_value(tensor)
     if value is not None:
         folded[tensor.name] = value
         return
     for source in tensor.inputs[0].inputs:
         if source.name:
-            _fold_parts(source, context, folded, visits, depth - 1)
+            _fold_parts(source, facts, folded, seen, depth - 1)
 
 
 _INTEGER_TYPES = frozenset(

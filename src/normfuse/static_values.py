@@ -9,35 +9,47 @@ by `normfuse.folding` (one exact implementation per op and opset version); anyth
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from normfuse.context import Context
+from normfuse.constants import Constants
 from normfuse.folding import fold
 
 MAX_DEPTH = 16
 
+# By tensor id: the tensor (held, so that its id is never reused), the depth asked, the answer.
+Memo = dict[int, tuple[gs.Tensor, int, "np.ndarray | None"]]
 
-Memo = dict[int, tuple[int, "np.ndarray | None"]]
+
+class ShapeFacts(Constants, Protocol):
+    """What folding shape arithmetic asks of a scope (`facts.ScopeFacts`): its true constants
+    and the derived shape of a tensor."""
+
+    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
+        """The derived shape of `tensor` (ints for static dims) when known."""
 
 
 def static_value(
-    tensor: gs.Tensor, context: Context, depth: int = MAX_DEPTH, memo: Memo | None = None
+    tensor: gs.Tensor, facts: ShapeFacts, depth: int = MAX_DEPTH, memo: Memo | None = None
 ) -> np.ndarray | None:
     """The value of `tensor` when it is a constant or shape arithmetic over static shapes.
-    `memo` (by tensor id: the depth asked and the answer) spares a caller that asks about many
-    tensors of one graph the same sub-expressions again (`Shape(x)` feeds many of them)."""
+    `memo` spares a caller that asks about many tensors of one unchanged graph the same
+    sub-expressions again (`Shape(x)` feeds many of them)."""
     memo = {} if memo is None else memo
     known = memo.get(id(tensor))
-    if known is not None and (known[1] is not None or known[0] >= depth):
-        return known[1]
-    value = _static_value(tensor, context, depth, memo)
-    memo[id(tensor)] = (depth, value)
+    if known is not None and known[0] is tensor and (known[2] is not None or known[1] >= depth):
+        return known[2]
+    value = _static_value(tensor, facts, depth, memo)
+    memo[id(tensor)] = (tensor, depth, value)
     return value
 
 
-def _static_value(tensor: gs.Tensor, context: Context, depth: int, memo: Memo) -> np.ndarray | None:
-    value = context.reader.value(tensor)
+def _static_value(
+    tensor: gs.Tensor, facts: ShapeFacts, depth: int, memo: Memo
+) -> np.ndarray | None:
+    value = facts.value(tensor)
     if value is not None or depth == 0:
         return value
     if len(tensor.inputs) != 1 or tensor.inputs[0].domain not in (None, "", "ai.onnx"):
@@ -46,64 +58,63 @@ def _static_value(tensor: gs.Tensor, context: Context, depth: int, memo: Memo) -
     if node.outputs[0] is not tensor:
         return None
     if node.op == "Shape":
-        return _shape(node, context)
+        return _shape(node, facts)
     if node.op == "Gather":
-        partial = _gather_shape(node, context, depth, memo)
+        partial = _gather_shape(node, facts, depth, memo)
         if partial is not None:
             return partial
     if node.op == "Size":
-        shape = _static_shape(node.inputs[0], context)
+        shape = _static_shape(node.inputs[0], facts)
         return None if shape is None else np.array(int(np.prod(shape)), np.int64)
     written = list(node.inputs)
     while written and not written[-1].name:  # omitted trailing optional inputs
         written.pop()
-    inputs = [None if not t.name else static_value(t, context, depth - 1, memo) for t in written]
+    inputs = [None if not t.name else static_value(t, facts, depth - 1, memo) for t in written]
     if not inputs or any(value is None for value in inputs):
         return None
-    return _fold(node, inputs, context)
+    return _fold(node, inputs, facts)
 
 
-def _static_shape(tensor: gs.Tensor, context: Context) -> tuple[int, ...] | None:
-    shape = context.shape(tensor)
+def _static_shape(tensor: gs.Tensor, facts: ShapeFacts) -> tuple[int, ...] | None:
+    shape = facts.shape(tensor)
     if shape is None or not all(isinstance(dim, int) for dim in shape):
         return None
     return tuple(shape)
 
 
-def _shape_dims(node: gs.Node, context: Context) -> tuple | None:
+def _shape_dims(node: gs.Node, facts: ShapeFacts) -> tuple | None:
     """The dims a `Shape` node outputs (ints where static), honouring `start` and `end`."""
-    shape = context.shape(node.inputs[0])
+    shape = facts.shape(node.inputs[0])
     if shape is None:
         return None
     start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
     return tuple(shape[start:end])
 
 
-def _shape(node: gs.Node, context: Context) -> np.ndarray | None:
-    dims = _shape_dims(node, context)
+def _shape(node: gs.Node, facts: ShapeFacts) -> np.ndarray | None:
+    dims = _shape_dims(node, facts)
     if dims is None or not all(isinstance(dim, int) for dim in dims):
         return None
     return np.array(dims, np.int64)
 
 
-def _gather_shape(node: gs.Node, context: Context, depth: int, memo: Memo) -> np.ndarray | None:
+def _gather_shape(node: gs.Node, facts: ShapeFacts, depth: int, memo: Memo) -> np.ndarray | None:
     """`Gather(Shape(t), i)` where the gathered dims are static, whatever the others are."""
     source = node.inputs[0]
     if len(source.inputs) != 1 or source.inputs[0].op != "Shape":
         return None
-    dims = _shape_dims(source.inputs[0], context)
-    indices = static_value(node.inputs[1], context, depth - 1, memo)
+    dims = _shape_dims(source.inputs[0], facts)
+    indices = static_value(node.inputs[1], facts, depth - 1, memo)
     if dims is None or indices is None:
         return None
-    picked = _fold(node, [np.array(dims, dtype=object), indices], context)
+    picked = _fold(node, [np.array(dims, dtype=object), indices], facts)
     if picked is None or not all(isinstance(dim, int) for dim in picked.flat):
         return None
     return picked.astype(np.int64)
 
 
-def _fold(node: gs.Node, inputs: list[np.ndarray], context: Context) -> np.ndarray | None:
+def _fold(node: gs.Node, inputs: list[np.ndarray], facts: ShapeFacts) -> np.ndarray | None:
     """One step over known `inputs`, by the one folding table at the scope's opset."""
     if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
         return None
-    reader = context.reader
-    return fold(node.op, reader.opset, node.attrs, inputs, reader.max_elements)
+    return fold(node.op, facts.opset, node.attrs, inputs, facts.max_elements)
