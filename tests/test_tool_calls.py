@@ -1,0 +1,77 @@
+"""How often one `optimize` call runs onnx's shape inference and onnx-graphsurgeon's import
+(issue 25): counted, never timed, on a zoo model whose Reshape targets are folded (BERT: the
+types are derived in two rounds), plain, with `--tune-for` (on a scripted clock) and with
+`--validate`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import onnx
+import onnx.shape_inference
+import onnx_graphsurgeon as gs
+import pytest
+
+import normfuse
+from normfuse.forms import FormChoice, FormChooser
+from normfuse.validate import ValidationOptions
+
+BERT = Path(__file__).resolve().parents[1] / "models" / "real" / "bert_opset16.onnx"
+DIMS = {"batch": 1, "sequence": 8}
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Counts of `infer_shapes` and `import_onnx` calls from here on."""
+    counts: Counter = Counter()
+
+    def counting(name: str, function):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    infer, imports = onnx.shape_inference.infer_shapes, gs.import_onnx
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counting("infer", infer))
+    monkeypatch.setattr(gs, "import_onnx", counting("import", imports))
+    return counts
+
+
+def _equal_timings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scripted clock: every fused form times equal to its decomposed one (nothing excluded)."""
+
+    def measure(self, family, shape, elem_type, bias):
+        return FormChoice(family, shape, "float", 1.0, 1.0, 1.0, (0.98, 1.02), False)
+
+    monkeypatch.setattr(FormChooser, "_measure", measure)
+    monkeypatch.setattr(FormChooser, "_time_pair", lambda *args: (1.0, (0.98, 1.02)))
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("plain", {"infer": 3, "import": 3}),
+        ("tune", {"infer": 6, "import": 5}),
+        ("validate", {"infer": 3, "import": 3}),
+    ],
+)
+def test_inference_and_imports_per_optimize(
+    mode: str, expected: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inference: the derived types (once, and once more after Reshape targets fold), and the
+    output guard's strict inference of the rewrite; with `--tune-for`, the types at the timed
+    shapes (three more). Imports: see the expected counts."""
+    model = onnx.load(BERT)
+    options: dict = {}
+    if mode == "tune":
+        _equal_timings(monkeypatch)
+        options = {"tune_for": "cpu", "dims": DIMS}
+    elif mode == "validate":
+        options = {"validation": ValidationOptions(dims=DIMS)}
+    counts = _counted(monkeypatch)
+    result = normfuse.optimize(model, **options)
+    assert len(result.report.sites) == 5
+    if mode == "validate":
+        assert result.report.validation.rolled_back == []
+    assert dict(counts) == expected
