@@ -7,7 +7,7 @@ are read only for tensors of at most `max_elements` elements, so large weights s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -64,10 +64,15 @@ class ConstantReader:
         base_dir: Path | None,
         max_elements: int = DEFAULT_MAX_ELEMENTS,
         opset: Opset = None,
+        held: Mapping[int, np.ndarray | None] | None = None,
     ) -> None:
         self.base_dir = base_dir
         self.opset = opset
         self.max_elements = max_elements
+        # Tensors (by id; their graph outlives the reader) read as given, whatever computes
+        # them: an array is a constant of that value with no producer, None no constant (the
+        # skeleton types are derived on: `shapes.fold_reshape_targets`).
+        self._held = held or {}
         self._values: dict[int, tuple[gs.Tensor, np.ndarray | None]] = {}
         self._constant: dict[int, tuple[gs.Tensor, bool]] = {}
 
@@ -78,16 +83,29 @@ class ConstantReader:
         deduplicate equal initializers through `Identity`; Gemma's scale is `1 + w`), each with
         ONNX's semantics or not at all.
         """
-        return _memoised(self._values, _through_identities(tensor), self._compute, None)
+        return _memoised(self._values, self._through_identities(tensor), self._compute, None)
 
     def is_constant(self, tensor: gs.Tensor) -> bool:
         """True for initializers, `Constant` nodes without attribute references, and the
         foldable ops applied to them."""
         return _memoised(
-            self._constant, _through_identities(tensor), self._structurally_constant, False
+            self._constant, self._through_identities(tensor), self._structurally_constant, False
         )
 
+    def _through_identities(self, tensor: gs.Tensor) -> gs.Tensor:
+        """The tensor an `Identity` chain forwards (iteratively: chains can be long), stopping
+        at a held tensor."""
+        seen = 0
+        while seen < 1_000_000 and id(tensor) not in self._held:
+            node = _producer(tensor)
+            if node is None or node.op != "Identity" or len(node.inputs) != 1:
+                return tensor
+            tensor, seen = node.inputs[0], seen + 1
+        return tensor
+
     def _structurally_constant(self, tensor: gs.Tensor) -> bool:
+        if id(tensor) in self._held:
+            return self._held[id(tensor)] is not None
         if isinstance(tensor, gs.Constant):
             return True
         node = _producer(tensor)
@@ -100,6 +118,9 @@ class ConstantReader:
         return False
 
     def _compute(self, tensor: gs.Tensor) -> np.ndarray | None:
+        if id(tensor) in self._held:
+            held = self._held[id(tensor)]
+            return None if held is None or held.size > self.max_elements else held
         if isinstance(tensor, gs.Constant):
             return self._from_constant(tensor)
         node = _producer(tensor)
@@ -179,17 +200,6 @@ def _memoised(table: dict, tensor: gs.Tensor, compute, fallback):
         result = fallback
     table[id(tensor)] = (tensor, result)
     return result
-
-
-def _through_identities(tensor: gs.Tensor) -> gs.Tensor:
-    """The tensor an `Identity` chain forwards (iteratively: chains can be long)."""
-    seen = 0
-    while seen < 1_000_000:
-        node = _producer(tensor)
-        if node is None or node.op != "Identity" or len(node.inputs) != 1:
-            return tensor
-        tensor, seen = node.inputs[0], seen + 1
-    return tensor
 
 
 def _to_array(proto: onnx.TensorProto) -> np.ndarray | None:

@@ -66,6 +66,10 @@ class ScopeFacts:
         """Drop the static values: the graph may have changed since they were derived."""
         self._memo.clear()
 
+    def producer(self, tensor: gs.Tensor) -> gs.Node | None:
+        """The one node computing `tensor`, or None."""
+        return tensor.inputs[0] if len(tensor.inputs) == 1 else None
+
     def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
         """The shape of `tensor` (ints for static dims) when known."""
         if isinstance(tensor, gs.Constant):

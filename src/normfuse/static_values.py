@@ -30,6 +30,9 @@ class ShapeFacts(Constants, Protocol):
     def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
         """The derived shape of `tensor` (ints for static dims) when known."""
 
+    def producer(self, tensor: gs.Tensor) -> gs.Node | None:
+        """The one node computing `tensor`; None where there is none (or it is held as given)."""
+
 
 def static_value(
     tensor: gs.Tensor, facts: ShapeFacts, depth: int = MAX_DEPTH, memo: Memo | None = None
@@ -52,10 +55,8 @@ def _static_value(
     value = facts.value(tensor)
     if value is not None or depth == 0:
         return value
-    if len(tensor.inputs) != 1 or tensor.inputs[0].domain not in (None, "", "ai.onnx"):
-        return None
-    node = tensor.inputs[0]
-    if node.outputs[0] is not tensor:
+    node = facts.producer(tensor)
+    if node is None or node.domain not in (None, "", "ai.onnx") or node.outputs[0] is not tensor:
         return None
     if node.op == "Shape":
         return _shape(node, facts)
@@ -100,10 +101,10 @@ def _shape(node: gs.Node, facts: ShapeFacts) -> np.ndarray | None:
 
 def _gather_shape(node: gs.Node, facts: ShapeFacts, depth: int, memo: Memo) -> np.ndarray | None:
     """`Gather(Shape(t), i)` where the gathered dims are static, whatever the others are."""
-    source = node.inputs[0]
-    if len(source.inputs) != 1 or source.inputs[0].op != "Shape":
+    shape_node = facts.producer(node.inputs[0])
+    if shape_node is None or shape_node.op != "Shape":
         return None
-    dims = _shape_dims(source.inputs[0], facts)
+    dims = _shape_dims(shape_node, facts)
     indices = static_value(node.inputs[1], facts, depth - 1, memo)
     if dims is None or indices is None:
         return None
