@@ -38,3 +38,15 @@ def with_inputs(
     inputs = model.graph.input
     graph.inputs = [tensors[info.name] for info in inputs if info.name in tensors]
     return graph
+
+
+def scopes(graph: gs.Graph) -> list[tuple[gs.Graph, gs.Function | None]]:
+    """Every scope of `graph`, each with the model-local function it is in (None: the main
+    graph's): the graph and its nested bodies, outermost first, then each function and its
+    bodies."""
+    found: list[tuple[gs.Graph, gs.Function | None]] = [
+        (scope, None) for scope in [graph, *graph.subgraphs(recursive=True)]
+    ]
+    for function in graph.functions:
+        found += [(scope, function) for scope in [function, *function.subgraphs(recursive=True)]]
+    return found

@@ -16,7 +16,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse.errors import NormfuseError
-from normfuse.graph_import import with_inputs
+from normfuse.graph_import import scopes, with_inputs
 from normfuse.scopes import (
     all_graphs,
     body_overridable,
@@ -101,10 +101,7 @@ def detach_from_caller(graph: gs.Graph) -> None:
     proto's `name` to the constant's: an unnamed `Constant` node value gains a present (empty)
     name, a renamed constant renames the caller's tensor. Those few are copied first (initializers
     that keep their name are left as views, so no weight is copied)."""
-    scopes = [graph, *graph.subgraphs(recursive=True)]
-    for function in graph.functions:
-        scopes += [function, *function.subgraphs(recursive=True)]
-    for scope in scopes:
+    for scope, _ in scopes(graph):
         constants = [t for t in scope.tensors().values() if isinstance(t, gs.Constant)]
         for node in scope.nodes:
             constants += [v for v in node.attrs.values() if isinstance(v, gs.Constant)]

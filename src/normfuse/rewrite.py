@@ -22,6 +22,7 @@ from normfuse.constants import DEFAULT_DOMAINS, Constants
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
 from normfuse.float16_moves import LIFTABLE
+from normfuse.graph_import import scopes as graph_scopes
 from normfuse.pattern import Match, Pattern, match_first, root_ops
 from normfuse.records import (
     INTERMEDIATE_USED_ELSEWHERE,
@@ -73,15 +74,15 @@ def run(
     """Apply `passes` to `graph`, the bodies of its If/Loop/Scan nodes and its model-local
     functions (each with its own context) until nothing more fuses; the graph is changed in
     place."""
-    scopes = [(scope, context, None) for scope in [graph, *graph.subgraphs(recursive=True)]]
-    for function in graph.functions:
+    scopes = []
+    for scope, function in graph_scopes(graph):
+        if function is None:
+            scopes.append((scope, context, None))
+            continue
         key = (function.domain, function.name)
         function_context = (function_contexts or {}).get(key)
         if function_context is not None:
-            scopes += [
-                (scope, function_context, key)
-                for scope in [function, *function.subgraphs(recursive=True)]
-            ]
+            scopes.append((scope, function_context, key))
     names = _NameRegistry([scope for scope, _, _ in scopes])
     result = RunResult()
     # A later round rescans a (pass, scope) only if some scope changed since that pass last
