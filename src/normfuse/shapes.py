@@ -132,8 +132,7 @@ def fold_reshape_targets(
     inference goes on from there (a symbolic batch dim stays symbolic). None when nothing folds.
     The folding reads `reading()` (the same graph, read as the skeleton, the earlier rounds'
     folds held; asked only where something may fold) where it gives one, else an import of
-    `stripped`. Only for deriving types: the model itself
-    is never changed."""
+    `stripped`. Only for deriving types: the model itself is never changed."""
     candidates = [
         (node, name)
         for node in stripped.graph.node
@@ -255,7 +254,8 @@ def _fold_parts(
     """Record in `folded` the largest computed (not yet constant) parts of `tensor`'s
     producers that fold to a value; `seen` (tensors already looked at) and the facts' memo of
     static values keep each tensor of the graph to one look."""
-    if depth == 0 or id(tensor) in seen or len(tensor.inputs) != 1:
+    node = facts.producer(tensor)
+    if depth == 0 or id(tensor) in seen or node is None:
         return
     seen.add(id(tensor))
     if facts.value(tensor) is not None:
@@ -264,7 +264,7 @@ def _fold_parts(
     if value is not None:
         folded[tensor.name] = value
         return
-    for source in tensor.inputs[0].inputs:
+    for source in node.inputs:
         if source.name:
             _fold_parts(source, facts, folded, seen, depth - 1)
 
