@@ -44,7 +44,10 @@ from normfuse.folding import Opset, resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import FusedNode, Site, node_label
 from normfuse.same_shape import SAME_AS_INPUT
-from normfuse.static_values import MAX_DEPTH
+
+# The most producers a walk up a chain of Reshapes or shape-keeping ops takes (its own limit,
+# no longer the shape folder's depth; the same 16).
+MAX_WALK = 16
 
 KIND = "group-norm"
 # A GroupNormalization node's scale and bias that are not one float32 value per channel.
@@ -320,7 +323,7 @@ def _grouped_layout(
     except checks.Reject as direct:
         grouped = _static_tail(reshape.outputs[0], context)
         source = x
-        for _ in range(MAX_DEPTH):
+        for _ in range(MAX_WALK):
             producer = source.inputs[0] if len(source.inputs) == 1 else None
             if grouped is None or len(grouped) != 3 or producer is None:
                 break
@@ -428,7 +431,7 @@ def _dim_of(entry: ShapeEntry, x: gs.Tensor, axis: int) -> bool:
 def _shape_root(tensor: gs.Tensor) -> gs.Tensor:
     """The first tensor up `tensor`'s producers not computed by a shape-keeping op (output 0 of
     a one-input default-domain op in `SAME_AS_INPUT`)."""
-    for _ in range(MAX_DEPTH):
+    for _ in range(MAX_WALK):
         node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
         if node is None or node.domain not in DEFAULT_DOMAINS or node.op not in SAME_AS_INPUT:
             break
