@@ -44,7 +44,11 @@ from normfuse.folding import resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
 from normfuse.records import FusedNode, Site, node_label
 from normfuse.same_shape import SAME_AS_INPUT
-from normfuse.static_values import MAX_DEPTH, ShapeEntry, shape_entries
+from normfuse.static_values import ShapeEntry, shape_entries
+
+# The most producers a walk up a chain of Reshapes or shape-keeping ops takes (its own limit,
+# no longer the shape folder's depth; the same 16).
+MAX_WALK = 16
 
 KIND = "group-norm"
 # A GroupNormalization node's scale and bias that are not one float32 value per channel.
@@ -141,7 +145,7 @@ class GroupNormPass:
 def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | None:
     """(x, the Reshape) when the statistics read a Reshape of x and their result (after any
     constant scale or bias) is reshaped again: the shape of a group norm, to be checked."""
-    found = match_first(_RESHAPE, match["x"], context.reader)
+    found = match_first(_RESHAPE, match["x"], context.facts)
     chain = _affine_chain(match.root, context)
     result = chain[-1].outputs[0] if chain else match.root
     users = result.outputs
@@ -188,11 +192,11 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     the op applies it). -18's per-group scale and bias become per channel
     (`_group_normalization_affine`)."""
     node = match.node("group_normalization")
-    found = schema("GroupNormalization", context.reader.opset)
+    found = schema("GroupNormalization", context.facts.opset)
     if found is None or found.since_version not in (18, 21):
         return None
     x = match["x"]
-    elem_type = context.elem_type(x)
+    elem_type = context.facts.elem_type(x)
     if elem_type not in _GROUP_NORMALIZATION_TYPES:
         shown = "unknown" if elem_type is None else onnx.TensorProto.DataType.Name(elem_type)
         raise checks.Reject(
@@ -206,7 +210,7 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     shape = checks.known_shape(x, context)
     if len(shape) < 3 or not all(isinstance(dim, int) for dim in shape[1:]):
         raise checks.Reject("unknown-shape", f"the channel and spatial dims of {list(shape)}")
-    attrs = resolved_attributes("GroupNormalization", context.reader.opset, node.attrs)
+    attrs = resolved_attributes("GroupNormalization", context.facts.opset, node.attrs)
     if attrs is None or attrs.get("stash_type", 1) != onnx.TensorProto.FLOAT:
         raise checks.Reject("cast-types", "GroupNormalization computes in another stash type")
     channels, groups = shape[1], int(attrs["num_groups"])
@@ -219,7 +223,7 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
         raise checks.Reject("epsilon-not-positive", f"epsilon is {eps}")
     dtype = _GROUP_NORMALIZATION_TYPES[elem_type]
     affine = _group_normalization_affine(match, context, shape, groups, found.since_version, dtype)
-    emission = context.emissions[KIND]
+    emission = context.policy.emissions[KIND]
     if emission is None:
         raise checks.Reject("opset-too-low", "no LayerNormalization at this opset")
     inner = int(np.prod(shape[1:])) // groups
@@ -267,7 +271,7 @@ def _group_normalization_affine(
     per_channel = (channels, *(1,) * (len(shape) - 2))
     affine = []
     for name in ("gn_scale", "gn_bias"):
-        value = context.reader.value(match[name])
+        value = context.facts.value(match[name])
         if value is None:
             raise checks.Reject(
                 _AFFINE_REASONS[name],
@@ -294,7 +298,7 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     are the layer-norm pass's."""
     if "instance_norm" in match or "variance_mean" in match:
         return None  # a plain InstanceNormalization node (already fused), or not a group norm
-    shape = context.shape(match["x"])
+    shape = context.facts.shape(match["x"])
     users = match.root.outputs
     if shape is None or len(shape) < 3 or len(users) != 1 or not _is_affine(users[0], context):
         return None
@@ -304,7 +308,7 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
         return None
     axes = tuple(range(2 - rank, 0))
     reducers = [match.node("mean"), match.node("variance_reduce")]
-    if any(reduce_axes(node, rank, context.reader) != axes for node in reducers):
+    if any(reduce_axes(node, rank, context.facts) != axes for node in reducers):
         return None  # not instance-norm statistics: the layer-norm pass's
     spatial = checks.normalised_shape(shape, axes)
     io = checks.fused_io(match, context)
@@ -327,13 +331,13 @@ def _grouped_layout(
     are)."""
     try:
         shape = checks.known_shape(x, context)
-        entries = shape_entries(reshape.inputs[1], context)
+        entries = shape_entries(reshape.inputs[1], context.facts)
         zero_copies = not reshape.attrs.get("allowzero", 0)
         return x, shape, _check_grouped_shape(shape, entries, x, zero_copies)
     except checks.Reject as direct:
         grouped = _static_tail(reshape.outputs[0], context)
         source = x
-        for _ in range(MAX_DEPTH):
+        for _ in range(MAX_WALK):
             producer = source.inputs[0] if len(source.inputs) == 1 else None
             if grouped is None or len(grouped) != 3 or producer is None:
                 break
@@ -353,7 +357,7 @@ def _grouped_layout(
 
 def _static_tail(tensor: gs.Tensor, context: Context) -> tuple | None:
     """The shape of `tensor` when every dim but the first is static."""
-    shape = context.shape(tensor)
+    shape = context.facts.shape(tensor)
     if shape is None or not shape or not all(isinstance(d, int) for d in shape[1:]):
         return None
     return shape
@@ -420,9 +424,9 @@ def _reshape_back(normed: gs.Tensor, x: gs.Tensor, shape: tuple, context: Contex
     if len(users) != 1 or not _is(users[0], "Reshape"):
         raise checks.Reject("reshape-not-restored", "the grouped statistics are not reshaped back")
     back = users[0]
-    target = shape_entries(back.inputs[1], context, len(shape))
+    target = shape_entries(back.inputs[1], context.facts, len(shape))
     if target is not None and len(target) == len(shape):
-        grouped_shape = context.shape(normed) or ()
+        grouped_shape = context.facts.shape(normed) or ()
         copies = not back.attrs.get("allowzero", 0)
         kept = [
             _dim_of(entry, x, axis)
@@ -452,7 +456,7 @@ def _dim_of(entry: ShapeEntry, x: gs.Tensor, axis: int) -> bool:
 def _shape_root(tensor: gs.Tensor) -> gs.Tensor:
     """The first tensor up `tensor`'s producers not computed by a shape-keeping op (output 0 of
     a one-input default-domain op in `SAME_AS_INPUT`)."""
-    for _ in range(MAX_DEPTH):
+    for _ in range(MAX_WALK):
         node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
         if node is None or node.domain not in DEFAULT_DOMAINS or node.op not in SAME_AS_INPUT:
             break
@@ -472,7 +476,7 @@ def _show(entries: list[ShapeEntry]) -> list:
 
 
 def _check_instance_norm(match: Match, context: Context, groups: int) -> None:
-    scale, bias = context.reader.value(match["in_scale"]), context.reader.value(match["in_bias"])
+    scale, bias = context.facts.value(match["in_scale"]), context.facts.value(match["in_bias"])
     node = match.node("instance_norm")
     if scale is None or bias is None or scale.shape != (groups,) or bias.shape != (groups,):
         raise checks.Reject("per-group-affine", "InstanceNormalization scale/bias not [G]")
@@ -516,9 +520,9 @@ def _check_reshaped_variance(
 ) -> None:
     """The variance reduces the axes its mean does, and its Reshape restores the reduced axis."""
     reduce, mean = match.node("variance_reduce"), match.node("variance_mean")
-    if reduce_axes(reduce, rank, context.reader) != reduce_axes(mean, rank, context.reader):
+    if reduce_axes(reduce, rank, context.facts) != reduce_axes(mean, rank, context.facts):
         raise checks.Reject("mismatched-axes", "the variance reduces other axes than its mean")
-    target = context.reader.value(match["variance_shape"])
+    target = context.facts.value(match["variance_shape"])
     if target is None or kept_shape is None or tuple(target.reshape(-1).tolist()) != kept_shape:
         raise checks.Reject(
             "reshape-not-restored", f"the variance is reshaped to {target}, not {kept_shape}"
@@ -534,13 +538,13 @@ def _is_affine(node: gs.Node, context: Context) -> bool:
     return (
         (_is(node, "Mul") or _is(node, "Add"))
         and len(node.inputs) == 2
-        and sum(context.reader.is_constant(tensor) for tensor in node.inputs) == 1
+        and sum(context.facts.is_constant(tensor) for tensor in node.inputs) == 1
     )
 
 
 def _constant_operand(node: gs.Node, context: Context) -> np.ndarray | None:
-    constant = next(t for t in node.inputs if context.reader.is_constant(t))
-    return context.reader.value(constant)
+    constant = next(t for t in node.inputs if context.facts.is_constant(t))
+    return context.facts.value(constant)
 
 
 def _affine_chain(start: gs.Tensor, context: Context) -> list[gs.Node]:

@@ -270,7 +270,7 @@ def _reject_group_norm(match: Match, context: Context) -> None:
     normalised is then a row of the Reshape's input, a layer norm of it (ADV7-01)."""
     users = match.root.outputs
     reshaped_back = bool(users) and all(user.op == "Reshape" for user in users)
-    found = match_first(_RESHAPED, match["x"], context.reader) if reshaped_back else None
+    found = match_first(_RESHAPED, match["x"], context.facts) if reshaped_back else None
     if found is not None and not _keeps_last_axis(match, found["ungrouped"], context):
         raise checks.Reject(
             "group-norm", "statistics over a Reshape of the input, reshaped back: group norm"
@@ -280,8 +280,8 @@ def _reject_group_norm(match: Match, context: Context) -> None:
 def _keeps_last_axis(match: Match, ungrouped: gs.Tensor, context: Context) -> bool:
     """Whether the statistics reduce the last axis of `match`'s x alone and x's last dim is
     static and equal to the last dim of `ungrouped`, the tensor x reshapes (rows stay rows)."""
-    before, after = context.shape(ungrouped), context.shape(match["x"])
+    before, after = context.facts.shape(ungrouped), context.facts.shape(match["x"])
     if not before or not after or not isinstance(after[-1], int) or before[-1] != after[-1]:
         return False
     reducers = [match.node(name) for name in ("mean", "variance_reduce")]
-    return all(reduce_axes(node, len(after), context.reader) == (-1,) for node in reducers)
+    return all(reduce_axes(node, len(after), context.facts) == (-1,) for node in reducers)

@@ -144,7 +144,7 @@ class RmsNormPass:
 
         None for `a - ReduceMean(a)` inputs: a layer norm, which the layer-norm pass reports.
         """
-        if match_first(_CENTERED, match["x"], context.reader) is not None:
+        if match_first(_CENTERED, match["x"], context.facts) is not None:
             return None
         squared = [match[name] for name in ("x", "upcast") if name in match]
         if match.root is match["reduce"] and _also_averaged(squared, match.node("reduce")):

@@ -93,11 +93,11 @@ class SkipNormPass:
 
 
 def _check(match: Match, context: Context) -> Site:
-    if context.target is not Target.ORT:
+    if context.policy.target is not Target.ORT:
         raise checks.Reject("ort-only-form", "Skip* ops exist only in ONNX Runtime (--target ort)")
     norm = match.node("y")
     first, second = match["input"], match["skip"]
-    if context.reader.is_constant(first) or context.reader.is_constant(second):
+    if context.facts.is_constant(first) or context.facts.is_constant(second):
         raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
     if "skip_bias" in match:
         raise checks.Reject(
@@ -108,11 +108,11 @@ def _check(match: Match, context: Context) -> Site:
         )
     shape = _residual_shape(first, second, context)
     rank = len(shape)
-    if "cast" in match and match.node("cast").attrs.get("to") != context.elem_type(first):
+    if "cast" in match and match.node("cast").attrs.get("to") != context.facts.elem_type(first):
         raise checks.Reject("skip-cast", "the residual sum is cast to another type before the norm")
     if norm.attrs.get("axis", -1) not in (-1, rank - 1) or norm.attrs.get("stash_type", 1) != 1:
         raise checks.Reject("skip-axis", "Skip* ops normalise the last axis in float32 only")
-    elem_type = context.elem_type(first)
+    elem_type = context.facts.elem_type(first)
     if elem_type == onnx.TensorProto.FLOAT16:
         raise checks.Reject(
             "skip-float16-sum",
@@ -141,8 +141,8 @@ def _check(match: Match, context: Context) -> Site:
 
 def _residual_shape(first: gs.Tensor, second: gs.Tensor, context: Context) -> tuple:
     """The one shape input and skip are proved to have, of a rank the kernel takes."""
-    shapes = [context.shape(first), context.shape(second)]
-    if not same_shape(first, second, context.types, context.reader):
+    shapes = [context.facts.shape(first), context.facts.shape(second)]
+    if not same_shape(first, second, context.facts.types, context.facts):
         raise checks.Reject(
             "skip-shape",
             f"input {format_shape(shapes[0])} and skip {format_shape(shapes[1])} are not "
@@ -171,15 +171,15 @@ def _gamma(
     declared 1-D [hidden] of x's type (ONNX Runtime enforces static input dims), and is passed
     as it is; anything else stays."""
     tensor = match["scale"]
-    if not context.reader.is_constant(tensor):
-        shape, elem_type = context.shape(tensor), context.elem_type(tensor)
-        if shape != (hidden,) or elem_type != context.elem_type(match["input"]):
+    if not context.facts.is_constant(tensor):
+        shape, elem_type = context.facts.shape(tensor), context.facts.elem_type(tensor)
+        if shape != (hidden,) or elem_type != context.facts.elem_type(match["input"]):
             raise checks.Reject(
                 "gamma-shape",
                 f"scale of shape {format_shape(shape)}: Skip* ops need 1-D [{hidden}] of x's type",
             )
         return tensor
-    value = context.reader.value(tensor)
+    value = context.facts.value(tensor)
     if value is None or value.size != hidden or any(dim != 1 for dim in value.shape[:-1]):
         shape = None if value is None else tuple(value.shape)
         raise checks.Reject(
@@ -198,7 +198,7 @@ def _gamma(
 def _site(
     match: Match, norm: gs.Node, context: Context, hidden: int, question: FormQuestion
 ) -> Site:
-    dtype = checks.FLOAT_TYPES[context.elem_type(match["input"])]
+    dtype = checks.FLOAT_TYPES[context.facts.elem_type(match["input"])]
     gamma = _gamma(match, context, hidden, dtype)
     inputs = (match["input"], match["skip"], gamma)
     extra = ((3, match["sum"]),)  # kept by the driver only where the sum is used downstream

@@ -21,10 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from normfuse.constants import ConstantReader, reduce_axes
-from normfuse.context import Context
+from normfuse.facts import ScopeFacts
 from normfuse.folding import FOLDED_OPS
-from normfuse.static_values import static_value
-from normfuse.targets import Target
 from tests.helpers import assert_same_numerics, session
 
 # Edge values (inf, NaN, overflow to inf) are the point: the reference warns about them.
@@ -101,7 +99,7 @@ def _folded(model: onnx.ModelProto, opset: int) -> np.ndarray | None:
     gives an array (a 0-d result included), never a numpy scalar."""
     graph = gs.import_onnx(model)
     reader = ConstantReader(None, opset=opset)
-    ours = static_value(graph.tensors()["y"], Context(reader, {}, Target.ORT, {}))
+    ours = ScopeFacts(reader, {}).static_value(graph.tensors()["y"])
     constant = ConstantReader(None, opset=opset).value(gs.import_onnx(model).tensors()["y"])
     for value in (ours, constant):
         assert value is None or isinstance(value, np.ndarray), f"a {type(value)}, not an array"

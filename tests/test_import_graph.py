@@ -15,6 +15,7 @@ CORE = {
     "same_shape",
     "final_check",
     "context",
+    "facts",
     "records",
 }
 
@@ -49,7 +50,8 @@ def test_the_core_is_in_no_cycle_even_with_typing_imports():
 def test_records_and_context_are_leaves():
     graph = _graph()
     assert graph["records"] == (set(), set())
-    assert graph["context"] == ({"constants", "targets"}, set())
+    assert graph["context"] == ({"constants", "facts", "targets"}, set())
+    assert graph["facts"] == ({"constants", "folding", "inference", "static_values"}, set())
 
 
 def test_passes_and_the_driver_do_not_import_each_other():

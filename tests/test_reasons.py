@@ -27,7 +27,7 @@ RAISERS = {"Reject": 0, "Unfit": 0, "Failure": 0, "NearMiss": 2}
 PASS_THROUGH = {
     ("rewrite", "reject.reason"),
     ("rewrite", "*unfit"),
-    ("rewrite", "*context.excluded[outcome.output]"),
+    ("rewrite", "*excluded[outcome.output]"),
 }
 # Kebab-case literals that are not reason codes: family names, labels, JSON keys.
 NOT_REASONS = {"layer-norm", "rms-norm", "skip-norm", "channel-first", "cand-f64", "orig-f64"}

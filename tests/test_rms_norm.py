@@ -261,7 +261,7 @@ def test_float16_kernel_choice_per_provider(provider, scale, widened: bool) -> N
 
     io = FusedIO(gs.Variable("x"), onnx.TensorProto.FLOAT16, np.float16, None, ())
     chooser = None if provider is None else SimpleNamespace(provider=provider)
-    context = SimpleNamespace(form_chooser=chooser)
+    context = SimpleNamespace(policy=SimpleNamespace(form_chooser=chooser))
     assert widened_float16(io, context, (np.full(4, scale),)) is widened
     float32_io = FusedIO(gs.Variable("x"), onnx.TensorProto.FLOAT, np.float32, None, ())
     assert not widened_float16(float32_io, context, (np.full(4, scale),))

@@ -29,8 +29,9 @@ from normfuse import (
 )
 from normfuse import validate as validate_module
 from normfuse.constants import ConstantReader
-from normfuse.context import Context
+from normfuse.context import Context, Policy
 from normfuse.errors import NormfuseError, guard_rewrite
+from normfuse.facts import ScopeFacts
 from normfuse.folding import Opset
 from normfuse.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
@@ -97,9 +98,7 @@ def optimize(
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
-        chooser = FormChooser(
-            parse_providers(tune_for)[0], dims=dict(dims or {}), model=view.model
-        )
+        chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}), model=view.model)
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
     output_guard = guard.OutputGuard(loaded.model)
@@ -177,9 +176,7 @@ def _optimize(
     blocked = targets.fixed_blockers(original)
     with guard_rewrite():
         while True:
-            context, function_contexts = _contexts(
-                view, chosen_target, excluded, chooser, blocked
-            )
+            context, function_contexts = _contexts(view, chosen_target, excluded, chooser, blocked)
             graph = view.import_graph()
             nodes_before = len(graph.nodes)
             if view.unsupported is None:
@@ -217,32 +214,36 @@ def _contexts(
     chooser: FormChooser | None,
     blocked: dict[int, str],
 ) -> tuple[Context, dict[tuple[str, str], Context]]:
-    """The context for the main graph, and one per model-local function (its own types and
-    opset), raising the opset to none of `blocked`. One constant reader serves each scope (its
-    folds are memoised; a function's reads its body at the function's opset)."""
+    """The context for the main graph, and one per model-local function: the scope's facts
+    (one constant reader each, its folds memoised; a function's reads its body at the
+    function's opset, with the types merged over its calls) and the policy, raising the opset to
+    none of `blocked`."""
     original = view.model
     model_opset = targets.default_opset(original) or None
-    context = Context(
-        ConstantReader(view.base_dir, opset=model_opset),
-        view.types,
+    policy = Policy(
         target,
         targets.emissions(original, target, blocked),
         dict(excluded),
         chooser,
-        view.facts.conflicts,
         dict(blocked),
     )
+    facts = ScopeFacts(
+        ConstantReader(view.base_dir, opset=model_opset), view.types, view.facts.conflicts
+    )
     function_contexts = {
-        (function.domain, function.name): dataclasses.replace(
-            context,
-            reader=ConstantReader(view.base_dir, opset=_function_opset(function, model_opset)),
-            types=view.function_types[(function.domain, function.name)],
-            emissions=targets.function_emissions(function, original, target, blocked),
-            conflicts=frozenset(),
+        (function.domain, function.name): Context(
+            ScopeFacts(
+                ConstantReader(view.base_dir, opset=_function_opset(function, model_opset)),
+                view.function_types[(function.domain, function.name)],
+            ),
+            dataclasses.replace(
+                policy,
+                emissions=targets.function_emissions(function, original, target, blocked),
+            ),
         )
         for function in original.functions
     }
-    return context, function_contexts
+    return Context(facts, policy), function_contexts
 
 
 def _function_opset(function: onnx.FunctionProto, model_opset: int | None) -> Opset:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from normfuse.inference import TensorType, infer_body, resolved_body, subgraphs
+from normfuse.inference import TensorType, infer_body, resolved_body
+from normfuse.scopes import subgraphs
 from normfuse.shape_rules import FULL, SAME_SHAPE, trusted_dims
 
 FunctionKey = tuple[str, str]
@@ -81,7 +82,7 @@ class _Walk:
         for node in nodes:
             if (node.domain, node.op_type) in self.functions:
                 self.call(node, scope, depth)
-            elif subgraphs(node):
+            elif next(subgraphs(node), None) is not None:
                 self.control_flow(node, scope, depth)
             else:
                 _node(node, scope)

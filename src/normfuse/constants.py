@@ -7,8 +7,9 @@ are read only for tensors of at most `max_elements` elements, so large weights s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -22,6 +23,28 @@ DEFAULT_DOMAINS = (None, "", "ai.onnx")
 # The ops this reader folds (through `normfuse.folding`, as their opset version specifies): a
 # scale or epsilon written as `Cast(c)` or `1 + w` is a constant; `static_values` folds more.
 _FOLDED = ("Cast", "Add", "Sub", "Mul", "Div")
+
+
+class Constants(Protocol):
+    """What reading a scope's true constants asks: a `ConstantReader`, or the scope's facts
+    (`facts.ScopeFacts`), which read through one."""
+
+    @property
+    def opset(self) -> Opset:
+        """The scope's default-domain opset."""
+
+    @property
+    def max_elements(self) -> int:
+        """The largest constant read, in elements."""
+
+    def value(self, tensor: gs.Tensor) -> np.ndarray | None:
+        """The value of `tensor` if it is a (small enough) true constant, else None."""
+
+    def is_constant(self, tensor: gs.Tensor) -> bool:
+        """True when `tensor` is a true constant, whatever its size."""
+
+    def scalar(self, tensor: gs.Tensor) -> float | None:
+        """The value of a one-element numeric constant as a Python float, else None."""
 
 
 class ConstantReader:
@@ -41,10 +64,15 @@ class ConstantReader:
         base_dir: Path | None,
         max_elements: int = DEFAULT_MAX_ELEMENTS,
         opset: Opset = None,
+        held: Mapping[int, np.ndarray | None] | None = None,
     ) -> None:
         self.base_dir = base_dir
         self.opset = opset
         self.max_elements = max_elements
+        # Tensors (by id; their graph outlives the reader) read as given, whatever computes
+        # them: an array is a constant of that value with no producer, None no constant (the
+        # skeleton types are derived on: `shapes.fold_reshape_targets`).
+        self._held = held or {}
         self._values: dict[int, tuple[gs.Tensor, np.ndarray | None]] = {}
         self._constant: dict[int, tuple[gs.Tensor, bool]] = {}
 
@@ -55,16 +83,29 @@ class ConstantReader:
         deduplicate equal initializers through `Identity`; Gemma's scale is `1 + w`), each with
         ONNX's semantics or not at all.
         """
-        return _memoised(self._values, _through_identities(tensor), self._compute, None)
+        return _memoised(self._values, self._through_identities(tensor), self._compute, None)
 
     def is_constant(self, tensor: gs.Tensor) -> bool:
         """True for initializers, `Constant` nodes without attribute references, and the
         foldable ops applied to them."""
         return _memoised(
-            self._constant, _through_identities(tensor), self._structurally_constant, False
+            self._constant, self._through_identities(tensor), self._structurally_constant, False
         )
 
+    def _through_identities(self, tensor: gs.Tensor) -> gs.Tensor:
+        """The tensor an `Identity` chain forwards (iteratively: chains can be long), stopping
+        at a held tensor."""
+        seen = 0
+        while seen < 1_000_000 and id(tensor) not in self._held:
+            node = _producer(tensor)
+            if node is None or node.op != "Identity" or len(node.inputs) != 1:
+                return tensor
+            tensor, seen = node.inputs[0], seen + 1
+        return tensor
+
     def _structurally_constant(self, tensor: gs.Tensor) -> bool:
+        if id(tensor) in self._held:
+            return self._held[id(tensor)] is not None
         if isinstance(tensor, gs.Constant):
             return True
         node = _producer(tensor)
@@ -77,6 +118,9 @@ class ConstantReader:
         return False
 
     def _compute(self, tensor: gs.Tensor) -> np.ndarray | None:
+        if id(tensor) in self._held:
+            held = self._held[id(tensor)]
+            return None if held is None or held.size > self.max_elements else held
         if isinstance(tensor, gs.Constant):
             return self._from_constant(tensor)
         node = _producer(tensor)
@@ -158,17 +202,6 @@ def _memoised(table: dict, tensor: gs.Tensor, compute, fallback):
     return result
 
 
-def _through_identities(tensor: gs.Tensor) -> gs.Tensor:
-    """The tensor an `Identity` chain forwards (iteratively: chains can be long)."""
-    seen = 0
-    while seen < 1_000_000:
-        node = _producer(tensor)
-        if node is None or node.op != "Identity" or len(node.inputs) != 1:
-            return tensor
-        tensor, seen = node.inputs[0], seen + 1
-    return tensor
-
-
 def _to_array(proto: onnx.TensorProto) -> np.ndarray | None:
     """The tensor's values, or None when its data does not match its type and shape."""
     try:
@@ -187,7 +220,7 @@ def _producer(tensor: gs.Tensor) -> gs.Node | None:
 def reduce_axes(
     node: gs.Node,
     rank: int | None,
-    reader: ConstantReader,
+    reader: Constants,
     read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
 ) -> tuple[int, ...] | None:
     """The axes a Reduce* node reduces, as sorted negative indices; None when not decidable.
@@ -214,7 +247,7 @@ def reduce_axes(
     return tuple(sorted(normalised))
 
 
-def _attributes(node: gs.Node, reader: ConstantReader) -> dict | None:
+def _attributes(node: gs.Node, reader: Constants) -> dict | None:
     """`node`'s attributes with the schema's defaults at the reader's opset; None for attribute
     references or an attribute the version does not define."""
     if any(isinstance(value, gs.Node.AttributeRef) for value in node.attrs.values()):
@@ -224,7 +257,7 @@ def _attributes(node: gs.Node, reader: ConstantReader) -> dict | None:
 
 def written_axes(
     node: gs.Node,
-    reader: ConstantReader,
+    reader: Constants,
     read: Callable[[gs.Tensor], np.ndarray | None] | None = None,
 ) -> list[int] | None:
     """The axes written on a Reduce*, Squeeze or Unsqueeze node (empty: none given), from the

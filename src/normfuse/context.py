@@ -1,21 +1,18 @@
-"""What a check may consult (`Context`): the scope's constant reader, derived tensor types and
-their conflicts, the target and its emissions, the exclusions, and the `--tune-for` form timer.
+"""What a check may consult (`Context`): the scope's facts (`facts.ScopeFacts`: constants,
+derived types, conflicts) and, apart from them, the driver's policy for the scope (`Policy`: the
+target and its emissions, the exclusions, the `--tune-for` form timer, blocked opsets).
 
-Its own module so that the modules checks use (shapes, static values, the final check) need not
-import the driver to name it. The form timer is seen only through `SkipFormChooser`, the two
-things a check asks of it, so this module imports nothing above the constant reader and the
-targets."""
+Its own module so that the modules checks use (the final check, the passes) need not import the
+driver to name it. The form timer is seen only through `SkipFormChooser`, the two things a check
+asks of it, so this module imports nothing above the facts and the targets."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
-import onnx
-import onnx_graphsurgeon as gs
-
-from normfuse.constants import ConstantReader
+from normfuse.constants import Constants
+from normfuse.facts import ScopeFacts
 from normfuse.targets import Emission, Target
 
 
@@ -44,17 +41,16 @@ class SkipFormChooser(Protocol):
         elem_type: int,
         bias: bool,
         tensors: tuple = (),
-        reader: ConstantReader | None = None,
+        reader: Constants | None = None,
     ) -> SkipChoice:
         """Whether the `Skip*` form beats `Add` + norm for a site of `shape`."""
 
 
 @dataclass(frozen=True)
-class Context:
-    """What a check may consult: constants, inferred tensor types and shapes, the target."""
+class Policy:
+    """What the driver decides for one scope, beyond the facts: the target and the op each
+    family emits there, the exclusions, the `--tune-for` form timer, the blocked opsets."""
 
-    reader: ConstantReader
-    types: dict[str, tuple[int, tuple[int | str | None, ...] | None]]
     target: Target
     emissions: dict[str, Emission | None]
     # Site outputs to leave decomposed (failed validation, measured slower): output ->
@@ -62,21 +58,13 @@ class Context:
     excluded: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Times equivalent fused forms at each site's shape (optimize --tune-for); None: not asked.
     form_chooser: SkipFormChooser | None = None
-    # Tensors whose declared type contradicts the derived one: sites touching them are left.
-    conflicts: frozenset[str] = frozenset()
     # Opsets the model may not be raised to -> why (the near-miss of a site that needs one).
     opset_blockers: dict[int, str] = field(default_factory=dict)
 
-    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
-        """The shape of `tensor` (ints for static dims) when known."""
-        if isinstance(tensor, gs.Constant):
-            return tuple(tensor.shape)
-        known = self.types.get(tensor.name)
-        return None if known is None else known[1]
 
-    def elem_type(self, tensor: gs.Tensor) -> int | None:
-        """The ONNX element type of `tensor` when known."""
-        if isinstance(tensor, gs.Constant):
-            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
-        known = self.types.get(tensor.name)
-        return None if known is None else known[0]
+@dataclass(frozen=True)
+class Context:
+    """What a check may consult: the scope's facts, and the driver's policy for it."""
+
+    facts: ScopeFacts
+    policy: Policy

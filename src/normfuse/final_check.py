@@ -137,11 +137,11 @@ def _check_extra_outputs(
 def _elem_type(value: gs.Tensor | np.ndarray, context: Context) -> int | None:
     if isinstance(value, np.ndarray):
         return onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
-    return context.elem_type(value)
+    return context.facts.elem_type(value)
 
 
 def _shape(value: gs.Tensor | np.ndarray, context: Context) -> tuple | None:
-    return tuple(value.shape) if isinstance(value, np.ndarray) else context.shape(value)
+    return tuple(value.shape) if isinstance(value, np.ndarray) else context.facts.shape(value)
 
 
 def _input_shape(x: gs.Tensor, layout: tuple | None, context: Context) -> tuple:
@@ -206,14 +206,14 @@ def _check_like(
     tensor: gs.Tensor, elem_type: int, shape: tuple, reason: str, context: Context
 ) -> None:
     """`tensor` (as inference knows it) has `elem_type` and a shape that agrees with `shape`."""
-    known_type = context.elem_type(tensor)
+    known_type = context.facts.elem_type(tensor)
     if known_type is not None and known_type != elem_type:
         raise Unfit(
             "output-type",
             f"{tensor.name!r} is {onnx.TensorProto.DataType.Name(known_type)}, the fused node "
             f"would give {onnx.TensorProto.DataType.Name(elem_type)}",
         )
-    known = context.shape(tensor)
+    known = context.facts.shape(tensor)
     if known is not None and not _agree(known, shape):
         raise Unfit(reason, f"{tensor.name!r} is {list(known)}, the fused node gives {list(shape)}")
 
@@ -238,12 +238,12 @@ def _check_skip(
         )
     if skip is None or isinstance(skip, np.ndarray) or isinstance(x, np.ndarray):
         raise Unfit("not-residual", "the input or skip is not a graph tensor")
-    same = same_shape(x, skip, context.types, context.reader)
-    if not same or context.elem_type(skip) != x_type:
+    same = same_shape(x, skip, context.facts.types, context.facts)
+    if not same or context.facts.elem_type(skip) != x_type:
         raise Unfit(
             "skip-shape",
-            f"skip {format_shape(context.shape(skip))} is not proved to have the shape and type "
-            f"of the input {format_shape(shape)}",
+            f"skip {format_shape(context.facts.shape(skip))} is not proved to have the shape "
+            f"and type of the input {format_shape(shape)}",
         )
 
 

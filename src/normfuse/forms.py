@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from normfuse import bench, sessions
-from normfuse.constants import ConstantReader
+from normfuse.constants import Constants
 from normfuse.inputs import input_shapes
 from normfuse.records import Site
 from normfuse.same_shape import Deriver, format_shape
@@ -124,7 +124,7 @@ class FormChooser:
     _runtime: dict[str, TensorType] | None = None
 
     def timed_shape(
-        self, shape: tuple, tensors: tuple = (), reader: ConstantReader | None = None
+        self, shape: tuple, tensors: tuple = (), reader: Constants | None = None
     ) -> tuple[int, ...]:
         """The shape a site of (possibly symbolic) `shape` is timed at: per axis, the size the
         first of `tensors` (all of that shape) has when the model runs with `dims` (types
@@ -156,7 +156,7 @@ class FormChooser:
         elem_type: int,
         bias: bool,
         tensors: tuple = (),
-        reader: ConstantReader | None = None,
+        reader: Constants | None = None,
     ) -> FormChoice:
         """Whether the `Skip*` form beats `Add` + norm for a site of `shape` (`tensors` have
         it), timed at its shape for `dims` (`timed_shape`; cached per timed shape)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import onnx
 
+from normfuse.scopes import subgraphs
+
 TensorType = tuple[int, tuple[int | str | None, ...] | None]
 
 
@@ -42,16 +44,6 @@ def tensor_type(proto: onnx.TypeProto.Tensor) -> TensorType:
         else:
             dims.append(dim.dim_param or None)
     return proto.elem_type, tuple(dims)
-
-
-def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    """The bodies `node` holds (If branches, Loop and Scan bodies)."""
-    found = []
-    for attribute in node.attribute:
-        if attribute.HasField("g"):
-            found.append(attribute.g)
-        found.extend(attribute.graphs)
-    return found
 
 
 def resolved_body(function: onnx.FunctionProto, call: onnx.NodeProto) -> list[onnx.NodeProto]:

@@ -8,7 +8,7 @@ caller may override are graph inputs, never constants.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -16,6 +16,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse.errors import NormfuseError
+from normfuse.graph_import import scopes, with_inputs
 from normfuse.scopes import (
     all_graphs,
     body_overridable,
@@ -37,6 +38,8 @@ class ModelView:
     overridable: frozenset[str]
     # Why no scope may be rewritten (a construct whose run-time binding is unclear); None: fine.
     unsupported: str | None = None
+    # The graph imported to derive the facts, unchanged, until the first `import_graph` takes it.
+    imported: list[gs.Graph] = field(default_factory=list)
 
     @property
     def types(self) -> dict[str, TensorType]:
@@ -45,33 +48,15 @@ class ModelView:
 
     def import_graph(self) -> gs.Graph:
         """The model as an onnx-graphsurgeon graph in which overridable initializers are graph
-        inputs (variables), so that no matcher can read them as constants."""
+        inputs (variables), so that no matcher can read them as constants: the one `build`
+        imported first (each rewrite changes its graph, so a later rewrite imports again)."""
+        if self.imported:
+            return self.imported.pop()
         try:
             graph = gs.import_onnx(self.model)
         except Exception as error:
             raise NormfuseError(f"cannot read the model's graph: {error}") from None
-        # gs keeps the model's own opset-import containers and appends to them on export: give
-        # the graph copies, so that the caller's model is never changed.
-        for scope in [graph, *graph.functions]:
-            scope.import_domains = [
-                onnx.helper.make_opsetid(entry.domain, entry.version)
-                for entry in scope.import_domains or []
-            ]
-        self._overridable_as_inputs(graph)
-        return graph
-
-    def _overridable_as_inputs(self, graph: gs.Graph) -> None:
-        """Overridable initializers become variables in every scope that reads them (gs gives
-        each body its own tensor object for an outer initializer), and graph inputs again."""
-        tensors = graph.tensors()
-        for scope in [graph, *graph.subgraphs(recursive=True)]:
-            for node in scope.nodes:
-                for tensor in node.inputs:
-                    if tensor.name in self.overridable and isinstance(tensor, gs.Constant):
-                        tensor.to_variable(shape=list(tensor.shape))
-                        tensor.type = "tensor_type"  # what gs sets on variables it imports
-        inputs = self.model.graph.input
-        graph.inputs = [tensors[info.name] for info in inputs if info.name in tensors]
+        return with_inputs(graph, self.model, self.overridable)
 
     def overridable_initializers(self) -> list[onnx.TensorProto]:
         """The initializers that are also graph inputs, as the model has them (their defaults)."""
@@ -79,9 +64,17 @@ class ModelView:
 
 
 def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
-    """The view of `model` (not changed; a renamed copy is made only where bodies shadow)."""
+    """The view of `model` (not changed; a renamed copy is made only where bodies shadow).
+    The graph is imported once here: the type folding reads it, and the first rewrite takes it
+    (a model gs cannot read is refused when a rewrite asks for it, as before)."""
     unique = unique_names(model)
-    facts = derive_types(unique)
+    overridable_names = frozenset(overridable(unique.graph))
+    try:
+        imported = [gs.import_onnx(unique)]
+    except Exception:  # refused by `import_graph`, after the facts are derived
+        imported = []
+    imported = [with_inputs(graph, unique, overridable_names) for graph in imported]
+    facts = derive_types(unique, imported[0] if imported else None)
     nested = body_overridable(unique)
     shadowing = shadowing_initializers(model)
     unsupported = None
@@ -97,12 +90,7 @@ def build(model: onnx.ModelProto, base_dir: Path | None) -> ModelView:
     elif any(graph.sparse_initializer for graph in all_graphs(unique.graph)):
         unsupported = "the model has sparse initializers, which the graph rewriter cannot keep"
     return ModelView(
-        unique,
-        base_dir,
-        facts,
-        facts.function_types,
-        frozenset(overridable(unique.graph)),
-        unsupported,
+        unique, base_dir, facts, facts.function_types, overridable_names, unsupported, imported
     )
 
 
@@ -113,10 +101,7 @@ def detach_from_caller(graph: gs.Graph) -> None:
     proto's `name` to the constant's: an unnamed `Constant` node value gains a present (empty)
     name, a renamed constant renames the caller's tensor. Those few are copied first (initializers
     that keep their name are left as views, so no weight is copied)."""
-    scopes = [graph, *graph.subgraphs(recursive=True)]
-    for function in graph.functions:
-        scopes += [function, *function.subgraphs(recursive=True)]
-    for scope in scopes:
+    for scope, _ in scopes(graph):
         constants = [t for t in scope.tensors().values() if isinstance(t, gs.Constant)]
         for node in scope.nodes:
             constants += [v for v in node.attrs.values() if isinstance(v, gs.Constant)]

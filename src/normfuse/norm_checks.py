@@ -21,7 +21,6 @@ from normfuse.float16_moves import LIFTABLE, MOVERS, runs_in_float32
 from normfuse.folding import schema
 from normfuse.pattern import Match
 from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Reject, Site, node_label
-from normfuse.static_values import static_value
 from normfuse.targets import STANDARD_OPS, Target
 
 FLOAT_TYPES = {
@@ -88,7 +87,7 @@ def fused_io(match: Match, context: Context) -> FusedIO:
 
 
 def _known_type(tensor: gs.Tensor, context: Context) -> int:
-    elem_type = context.elem_type(tensor)
+    elem_type = context.facts.elem_type(tensor)
     if elem_type is None:
         raise Reject("unknown-dtype", f"the element type of {tensor.name!r} is not known")
     return elem_type
@@ -103,7 +102,7 @@ def _type_name(elem_type: int | None) -> str:
 
 def known_shape(tensor: gs.Tensor, context: Context) -> tuple:
     """The shape of `tensor`, which the checks need (rank and normalised dims)."""
-    shape = context.shape(tensor)
+    shape = context.facts.shape(tensor)
     if shape is None:
         raise Reject("unknown-rank", f"the rank of {tensor.name!r} is not known")
     return shape
@@ -148,7 +147,7 @@ def reduction_axes(
 def _no_axes(nodes: list[gs.Node], context: Context) -> str:
     """Why the axes of `nodes` are not known: the version of an op is not one at every opset the
     scope is read at (a function importing another opset than its model), or not constant."""
-    opset = context.reader.opset
+    opset = context.facts.opset
     unversioned = next((node.op for node in nodes if schema(node.op, opset) is None), None)
     if unversioned is not None and isinstance(opset, tuple):
         return (
@@ -161,7 +160,7 @@ def _no_axes(nodes: list[gs.Node], context: Context) -> str:
 def _axes(node: gs.Node, rank: int, context: Context) -> tuple[int, ...] | None:
     """`reduce_axes`, or axes computed from static shapes (`Range(axis, Size(Shape(x)))`)."""
     try:
-        return reduce_axes(node, rank, context.reader, lambda t: static_value(t, context))
+        return reduce_axes(node, rank, context.facts, context.facts.static_value)
     except (TypeError, ValueError):  # a malformed `axes` attribute
         return None
 
@@ -187,7 +186,7 @@ def _check_keepdims(
         raise Reject("unsqueeze-axes", f"{node.name!r} keeps its dims and is unsqueezed after")
     if unsqueeze is None:
         raise Reject("keepdims", f"{node.name!r} drops the reduced axes (keepdims=0)")
-    written = written_axes(unsqueeze, context.reader, lambda t: static_value(t, context))
+    written = written_axes(unsqueeze, context.facts, context.facts.static_value)
     restored = _normalised_axes(np.array(written, np.int64), rank) if written else None
     if restored != axes:
         raise Reject(
@@ -216,7 +215,7 @@ def check_exponents(match: Match, context: Context) -> None:
     for name, expected, reason in EXPONENTS:
         if name not in match:
             continue
-        value = context.reader.value(match[name])
+        value = context.facts.value(match[name])
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.floating):
             raise Reject(reason, f"the exponent {name!r} is not a one-element float constant")
         if value.reshape(()) != expected:
@@ -252,20 +251,20 @@ def check_divisor(match: Match, context: Context, count: int) -> None:
     be a mean over d items: n exactly d (a constant, or folded from static shapes), r the nearest
     value to 1/d in its own type, c exactly 1."""
     if "divisor" in match:
-        value = static_value(match["divisor"], context)
+        value = context.facts.static_value(match["divisor"])
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
             raise Reject("variance-divisor", "the divisor is not a one-element static value")
         effective = float(value.reshape(()))
         exact = effective == count
     elif "reciprocal_divisor" in match:
-        value = context.reader.value(match["reciprocal_divisor"])
+        value = context.facts.value(match["reciprocal_divisor"])
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.floating):
             raise Reject("variance-divisor", "the factor is not a one-element float constant")
         factor = value.reshape(())
         exact = factor == factor.dtype.type(1.0 / count)
         effective = float(1.0 / factor) if factor else float("inf")
     elif "correction" in match:
-        correction = context.reader.scalar(match["correction"])
+        correction = context.facts.scalar(match["correction"])
         effective = None if not correction else count / correction
         exact = correction == 1.0
     else:
@@ -282,13 +281,13 @@ def epsilon(match: Match, context: Context, reduced_shape: tuple | None = None) 
     override is a value, not a constant); with `reduced_shape` (the statistics' shape), also a
     tensor whose values are all equal and whose broadcast leaves that shape unchanged."""
     tensor = match["epsilon"]
-    if not context.reader.is_constant(tensor):
+    if not context.facts.is_constant(tensor):
         raise Reject(
             "epsilon-not-constant",
             f"epsilon {tensor.name!r} is computed or fed at run time (a graph input, or an "
             "initializer the caller may override), so it cannot be baked into the fused node",
         )
-    value = context.reader.scalar(tensor)
+    value = context.facts.scalar(tensor)
     if value is None and reduced_shape is not None:
         value = uniform_value(tensor, context, reduced_shape)
     if value is None:
@@ -302,7 +301,7 @@ def uniform_value(tensor: gs.Tensor, context: Context, shape: tuple) -> float | 
     """The common value of a constant whose values are all equal and whose broadcast against a
     tensor of `shape` leaves that shape unchanged (every dim 1 or the same static dim); else
     None. Such a constant acts exactly as its one value."""
-    value = context.reader.value(tensor)
+    value = context.facts.value(tensor)
     if value is None or value.size == 0 or value.ndim > len(shape):
         return None
     if not np.issubdtype(value.dtype, np.floating) or not np.all(value == value.flat[0]):
@@ -340,7 +339,7 @@ def affine(
     """The bound constant `name` (scale or bias) expanded to `dims`; None when not in the match."""
     if name not in match:
         return None
-    value = static_value(match[name], context)  # a constant, or a Flatten of one
+    value = context.facts.static_value(match[name])  # a constant, or a Flatten of one
     expanded = None if value is None else affine_parameter(value, dims, rank)
     if expanded is None:
         reason = "gamma-shape" if name == "scale" else "beta-shape"
@@ -363,7 +362,7 @@ def scale_kept_after(
     follows the cast back (the fused node's float16 output would round first)."""
     if "scale" not in match or "bias" in match or _affine_after_downcast(match):
         return None
-    value = context.reader.value(match["scale"])
+    value = context.facts.value(match["scale"])
     rank = len(shape)
     if value is None or value.ndim > rank or affine_parameter(value, dims, rank) is not None:
         return None
@@ -380,7 +379,7 @@ def channel_affine(
     flattened to [C]; None when not in the match."""
     if name not in match:
         return None
-    value = context.reader.value(match[name])
+    value = context.facts.value(match[name])
     if value is not None and value.ndim <= rank:
         full = value.reshape((1,) * (rank - value.ndim) + value.shape)
         others = [dim for axis, dim in enumerate(full.shape) if axis != 1]
@@ -436,7 +435,7 @@ def fused_site(
         # The fused kernels need at least one element to normalise (ONNX Runtime: "Size of
         # X.shape[axis:] must be at least 1"), while the decomposed form runs on empty groups.
         raise Reject("empty-normalised-axes", "the normalised axes hold no element")
-    emission = context.emissions[kind]
+    emission = context.policy.emissions[kind]
     if emission is None:
         raise Reject("opset-too-low", _opset_too_low(kind, context))
     stash_type, ort_only = _stash_type(emission.op, io, context)
@@ -568,7 +567,7 @@ def widened_float16(io: FusedIO, context: Context, params: tuple) -> bool:
     inside the casts) always takes the float32 kernel: rounding it would change the model."""
     if io.elem_type != onnx.TensorProto.FLOAT16 or io.output_cast is not None:
         return False
-    chooser = context.form_chooser
+    chooser = context.policy.form_chooser
     if chooser is None or chooser.provider != "cuda":
         return True
     return any(
@@ -613,9 +612,9 @@ def _check_constant_ranks(match: Match, rank: int, context: Context) -> None:
     """No constant in the subgraph may have more dims than x: it would broadcast the result to a
     higher rank than the fused node's output."""
     for name, tensor in match.tensors.items():
-        if context.reader.is_constant(tensor):
-            value = context.reader.value(tensor)
-            shape = context.shape(tensor) if value is None else value.shape
+        if context.facts.is_constant(tensor):
+            value = context.facts.value(tensor)
+            shape = context.facts.shape(tensor) if value is None else value.shape
             if shape is not None and len(shape) > rank:
                 raise Reject(
                     "broadcast-shape",
@@ -665,9 +664,9 @@ def statistics_outputs(
         if (
             layout is None
             and unsqueezed not in match
-            and context.elem_type(tensor) == onnx.TensorProto.FLOAT
+            and context.facts.elem_type(tensor) == onnx.TensorProto.FLOAT
             and io.elem_type != onnx.TensorProto.DOUBLE
-            and _spec_shape(context.shape(tensor), expected)
+            and _spec_shape(context.facts.shape(tensor), expected)
         ):
             if name != "mean":
                 extra[index] = tensor
@@ -727,7 +726,7 @@ def _opset_too_low(kind: str, context: Context) -> str:
     if standard is None:
         return f"no standard operator for {kind} at this opset (--target onnx)"
     op, opset = standard
-    why = context.opset_blockers.get(opset, "another operator's meaning would change")
+    why = context.policy.opset_blockers.get(opset, "another operator's meaning would change")
     return (
         f"{op} needs opset {opset} and the model's opset cannot be raised to it: {why} "
         "(--target onnx)"
@@ -744,7 +743,7 @@ def _stash_type(op: str, io: FusedIO, context: Context) -> tuple[int, bool]:
     if op == "RMSNormalization":
         return onnx.TensorProto.DOUBLE, False
     if op == "LayerNormalization":
-        if context.target is Target.ONNX:
+        if context.policy.target is Target.ONNX:
             raise Reject(
                 "float64-stash-type",
                 "standard LayerNormalization in double needs stash_type=11, which ONNX Runtime's "
@@ -758,14 +757,14 @@ def _check_output_type(root: gs.Tensor, io: FusedIO, context: Context) -> None:
     """A safety net: where inference knows the output's type and shape, the fused node must produce
     the same element type and rank (a one-element constant of higher rank would broadcast)."""
     expected_type = io.output_cast or io.elem_type
-    actual_type = context.elem_type(root)
+    actual_type = context.facts.elem_type(root)
     if actual_type is not None and actual_type != expected_type:
         raise Reject(
             "cast-types",
             f"output is {_type_name(actual_type)}, fused node would give "
             f"{_type_name(expected_type)}",
         )
-    input_shape, output_shape = context.shape(io.x), context.shape(root)
+    input_shape, output_shape = context.facts.shape(io.x), context.facts.shape(root)
     if (
         input_shape is not None
         and output_shape is not None

@@ -266,9 +266,7 @@ def adapt(
             _adapt_nodes(function.node, (old, new), names, fused_ops)
 
 
-def _adapt_nodes(
-    nodes, opsets: tuple[int, int], names: _Names, fused_ops: frozenset[str]
-) -> None:
+def _adapt_nodes(nodes, opsets: tuple[int, int], names: _Names, fused_ops: frozenset[str]) -> None:
     """Adapt `nodes` (a repeated NodeProto field) and their bodies, inserting the constants the
     respelled nodes read just before them."""
     rewritten: list[onnx.NodeProto] = []

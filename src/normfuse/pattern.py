@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.constants import DEFAULT_DOMAINS, Constants
 
 COMMUTATIVE_OPS = frozenset({"Add", "Mul"})
 # Ops whose two identical-looking nodes may compute different values (random draws), or whose
@@ -126,14 +126,14 @@ class _State:
         return _State(self.tensors, (*self.nodes, node))
 
 
-def match(pattern: Pattern, tensor: gs.Tensor, reader: ConstantReader) -> Iterator[Match]:
+def match(pattern: Pattern, tensor: gs.Tensor, reader: Constants) -> Iterator[Match]:
     """Every way `pattern` matches the computation of `tensor`."""
     for state in _match(pattern, tensor, _State({}, ()), reader):
         yield Match(tensor, state.tensors, state.nodes)
 
 
 def _match(
-    pattern: Pattern, tensor: gs.Tensor, state: _State, reader: ConstantReader
+    pattern: Pattern, tensor: gs.Tensor, state: _State, reader: Constants
 ) -> Iterator[_State]:
     if isinstance(pattern, Var):
         bound = state.bind(pattern.name, tensor)
@@ -153,7 +153,7 @@ def _match(
 
 
 def _match_const(
-    pattern: Const, tensor: gs.Tensor, state: _State, reader: ConstantReader
+    pattern: Const, tensor: gs.Tensor, state: _State, reader: Constants
 ) -> Iterator[_State]:
     if pattern.value is None:
         if not reader.is_constant(tensor):
@@ -165,9 +165,7 @@ def _match_const(
         yield bound
 
 
-def _match_op(
-    pattern: Op, tensor: gs.Tensor, state: _State, reader: ConstantReader
-) -> Iterator[_State]:
+def _match_op(pattern: Op, tensor: gs.Tensor, state: _State, reader: Constants) -> Iterator[_State]:
     node = producer(tensor)
     if node is None or node.op != pattern.op or node.domain not in DEFAULT_DOMAINS:
         return
@@ -190,7 +188,7 @@ def _match_op(
 
 
 def _match_all(
-    patterns: tuple[Pattern, ...], tensors: list[gs.Tensor], state: _State, reader: ConstantReader
+    patterns: tuple[Pattern, ...], tensors: list[gs.Tensor], state: _State, reader: Constants
 ) -> Iterator[_State]:
     if not patterns:
         yield state
@@ -249,6 +247,6 @@ def _same_attrs(a: dict, b: dict) -> bool:
         return False
 
 
-def match_first(pattern: Pattern, tensor: gs.Tensor, reader: ConstantReader) -> Match | None:
+def match_first(pattern: Pattern, tensor: gs.Tensor, reader: Constants) -> Match | None:
     """The first way `pattern` matches the computation of `tensor`, or None."""
     return next(match(pattern, tensor, reader), None)

@@ -18,10 +18,11 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from normfuse import final_check
-from normfuse.constants import DEFAULT_DOMAINS, ConstantReader
+from normfuse.constants import DEFAULT_DOMAINS, Constants
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
 from normfuse.float16_moves import LIFTABLE
+from normfuse.graph_import import scopes as graph_scopes
 from normfuse.pattern import Match, Pattern, match_first, root_ops
 from normfuse.records import (
     INTERMEDIATE_USED_ELSEWHERE,
@@ -73,15 +74,15 @@ def run(
     """Apply `passes` to `graph`, the bodies of its If/Loop/Scan nodes and its model-local
     functions (each with its own context) until nothing more fuses; the graph is changed in
     place."""
-    scopes = [(scope, context, None) for scope in [graph, *graph.subgraphs(recursive=True)]]
-    for function in graph.functions:
+    scopes = []
+    for scope, function in graph_scopes(graph):
+        if function is None:
+            scopes.append((scope, context, None))
+            continue
         key = (function.domain, function.name)
         function_context = (function_contexts or {}).get(key)
         if function_context is not None:
-            scopes += [
-                (scope, function_context, key)
-                for scope in [function, *function.subgraphs(recursive=True)]
-            ]
+            scopes.append((scope, function_context, key))
     names = _NameRegistry([scope for scope, _, _ in scopes])
     result = RunResult()
     # A later round rescans a (pass, scope) only if some scope changed since that pass last
@@ -100,7 +101,7 @@ def run(
                     sites, misses = find_sites(scope, fusion_pass, scope_context)
                     last_scan[(pass_index, scope_index)] = (changes, misses)
                     sites = [replace(site, function=function) for site in sites]
-                    apply_sites(scope, sites, names, scope_context.reader)
+                    apply_sites(scope, sites, names, scope_context.facts)
                     result.sites.extend(sites)
                     fused_this_round += len(sites)
                     changes += bool(sites)
@@ -117,12 +118,13 @@ def find_sites(
     """Every site `fusion_pass` would fuse in `graph` (non-overlapping) and every near-miss.
     A match is a subgraph of `graph` itself: one reaching into an enclosing scope's nodes is not
     a candidate here (it belongs to no single scope's rewrite)."""
+    context.facts.forget()  # static values derived before a rewrite are not reused after it
     candidates: dict[int, list[Match]] = {}
     in_scope = {id(node) for node in graph.nodes}
     roots = _RootIndex(fusion_pass.patterns)
     for node in graph.nodes:
         for tensor, pattern in roots.candidates(node):
-            found = match_first(pattern, tensor, context.reader)
+            found = match_first(pattern, tensor, context.facts)
             if found is not None and all(id(n) in in_scope for n in found.nodes):
                 key = id(fusion_pass.site_key(found))
                 candidates.setdefault(key, []).append(found)
@@ -201,8 +203,9 @@ def _decide(
             end = moves[-1].outputs[0] if moves else None
             fused = replace(outcome.fused, output_moves=moves, moved_output=end)
             outcome = replace(outcome, root=found.root, fused=fused)
-        if isinstance(outcome, Site) and outcome.output in context.excluded:
-            return NearMiss(outcome.kind, outcome.output, *context.excluded[outcome.output])
+        excluded = context.policy.excluded
+        if isinstance(outcome, Site) and outcome.output in excluded:
+            return NearMiss(outcome.kind, outcome.output, *excluded[outcome.output])
         if isinstance(outcome, Site):
             outcome = _timed_form(outcome, node_label(fusion_pass.site_key(found)), context)
         if outcome is None or isinstance(outcome, Site):
@@ -217,7 +220,7 @@ def _timed_form(site: Site, label: str, context: Context) -> Site | NearMiss:
     """Policy, after every check has passed: a site whose form only a timing can choose
     (`FormQuestion`) is kept where `--tune-for` is off or the fused form wins on its provider;
     otherwise it stays decomposed with the decision's reason."""
-    question, chooser = site.form_question, context.form_chooser
+    question, chooser = site.form_question, context.policy.form_chooser
     if question is None or chooser is None:
         return site
     choice = chooser.choose(
@@ -226,7 +229,7 @@ def _timed_form(site: Site, label: str, context: Context) -> Site | NearMiss:
         question.elem_type,
         question.bias,
         question.tensors,
-        context.reader,
+        context.facts,
     )
     if choice.use_skip:
         return site
@@ -254,7 +257,7 @@ def _check_scope_facts(found: Match, context: Context) -> None:
     for node in found.nodes:
         check_attribute_values(node)
     touched = {t.name for node in found.nodes for t in [*node.inputs, *node.outputs]}
-    conflicted = sorted(touched & context.conflicts)
+    conflicted = sorted(touched & context.facts.conflicts)
     if conflicted:
         raise Reject(
             SHAPE_CONFLICT,
@@ -380,7 +383,7 @@ def _all_outputs(graph: gs.Graph) -> list[gs.Tensor]:
 
 
 def apply_sites(
-    graph: gs.Graph, sites: list[Site], names: _NameRegistry, reader: ConstantReader
+    graph: gs.Graph, sites: list[Site], names: _NameRegistry, reader: Constants
 ) -> None:
     """Replace each site's subgraph by its fused node, keep output names, clean up, sort. New
     names are unique across every scope in `names`."""
@@ -496,7 +499,7 @@ class _NameRegistry:
 class _Emitter:
     """Adds nodes and tensors to one graph under unique, deterministic names."""
 
-    def __init__(self, graph: gs.Graph, names: _NameRegistry, reader: ConstantReader) -> None:
+    def __init__(self, graph: gs.Graph, names: _NameRegistry, reader: Constants) -> None:
         self.graph = graph
         self.names = names
         self.reader = reader  # reads a site's own initializers, external data included
@@ -527,9 +530,7 @@ class _Emitter:
     ) -> gs.Tensor:
         """Add `op` reading `source` (and `operands`) into a new tensor; return that tensor."""
         result = self.tensor(f"{stem}/{op}_output")
-        node = gs.Node(
-            op, self.node_name(f"{stem}/{op}_in"), attrs, [source, *operands], [result]
-        )
+        node = gs.Node(op, self.node_name(f"{stem}/{op}_in"), attrs, [source, *operands], [result])
         self.graph.nodes.append(node)
         return result
 
@@ -559,9 +560,7 @@ def _fused_inputs(
 RESHAPE_RATHER_THAN_COPY = 1024
 
 
-def _constant(
-    value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter
-) -> gs.Tensor:
+def _constant(value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter) -> gs.Tensor:
     """The initializer of `own` holding exactly `value`; else, for a large `value`, one holding
     its elements in another shape (a [1, H] scale), read through a Reshape, so a weight is never
     copied into the graph or a body; else a new constant."""
@@ -583,7 +582,7 @@ def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
 
 
 def _holds_exactly(
-    constant: gs.Constant, value: np.ndarray, reader: ConstantReader, any_shape: bool = False
+    constant: gs.Constant, value: np.ndarray, reader: Constants, any_shape: bool = False
 ) -> bool:
     """Whether `constant` is `value`: the same element type, shape (or, with `any_shape`, element
     count) and bytes in order, its values read through the scope's reader, which already read

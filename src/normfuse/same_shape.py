@@ -17,7 +17,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 if TYPE_CHECKING:
-    from normfuse.constants import ConstantReader
+    from normfuse.constants import Constants
     from normfuse.shapes import TensorType
 
 Dim = int | str | None
@@ -66,7 +66,7 @@ def same_shape(
     first: gs.Tensor,
     second: gs.Tensor,
     types: dict[str, TensorType],
-    reader: ConstantReader,
+    reader: Constants,
 ) -> bool:
     """Whether `first` and `second` provably have one shape at run time (`types`: the derived
     types by name)."""
@@ -130,7 +130,7 @@ class Deriver:
     other producer gives its inferred shape, where a symbol stays a symbol and an unnamed dim
     is a fresh unknown, equal to nothing."""
 
-    def __init__(self, types: dict[str, TensorType], reader: ConstantReader) -> None:
+    def __init__(self, types: dict[str, TensorType], reader: Constants) -> None:
         self.types = types
         self.reader = reader
         self._dims: dict[int, tuple[Term, ...] | None] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,12 +12,13 @@ import onnx_graphsurgeon as gs
 
 from normfuse.agreed_types import AgreedTypes, agreed_types
 from normfuse.constants import ConstantReader
-from normfuse.context import Context
+from normfuse.facts import ScopeFacts
+from normfuse.folding import Opset
+from normfuse.graph_import import import_graph
 from normfuse.inference import TensorType, collect, infer
 from normfuse.scopes import all_graphs, overridable
-from normfuse.skeleton import skeleton
-from normfuse.static_values import MAX_DEPTH, Memo, shape_entries, static_value
-from normfuse.targets import Target
+from normfuse.skeleton import kept, skeleton
+from normfuse.static_values import MAX_DEPTH, shape_entries
 
 # Rounds of folding Reshape targets and inferring again (each round may make the next fold
 # possible: a Reshape whose input became static).
@@ -34,7 +36,9 @@ class TypeFacts:
     function_types: dict[tuple[str, str], dict[str, TensorType]] = field(default_factory=dict)
 
 
-def derive_types(model: onnx.ModelProto) -> TypeFacts:
+def derive_types(
+    model: onnx.ModelProto, graph: gs.Graph | Callable[[], gs.Graph | None] | None = None
+) -> TypeFacts:
     """Types that shape inference derives and ONNX Runtime agrees with, and the declarations
     that contradict them.
 
@@ -44,12 +48,22 @@ def derive_types(model: onnx.ModelProto) -> TypeFacts:
     inferred shape is then cut to the dims ONNX Runtime agrees with (`agreed_types`: declared
     inputs, constants, and chains of allow-listed operators), and function bodies are typed from
     every call. A claim is used only through inference; where it disagrees with what is derived,
-    its name is a conflict.
+    its name is a conflict. `graph` (the model as `graph_import` imports it, not changed; or a
+    function importing it when the folding first needs it) is what the folding reads, in every
+    round; without it the skeleton is imported each round.
     """
     stripped = _without_claims(model)
     agreed = _agreed(stripped)
+    sources: list[SkeletonGraph | None] = []  # the reading of `graph`, once asked for
+
+    def source() -> SkeletonGraph | None:
+        if not sources:
+            imported = graph() if callable(graph) else graph
+            sources.append(None if imported is None else SkeletonGraph.of(model, imported))
+        return sources[0]
+
     for _ in range(FOLD_ROUNDS):
-        folded = fold_reshape_targets(stripped, agreed.types)
+        folded = fold_reshape_targets(stripped, agreed.types, source)
         if folded is None:
             break
         stripped = folded
@@ -92,12 +106,22 @@ def _merged(calls: list[dict[str, TensorType]]) -> dict[str, TensorType]:
 
 
 def tensor_types(model: onnx.ModelProto) -> dict[str, TensorType]:
-    """Map tensor names to derived (element type, shape) (see `derive_types`)."""
-    return derive_types(model).types
+    """Map tensor names to derived (element type, shape) (see `derive_types`), the model
+    imported once for the folding."""
+
+    def imported() -> gs.Graph | None:
+        try:
+            return import_graph(model)
+        except Exception:  # a graph gs cannot read: the folding tries the skeleton's own import
+            return None
+
+    return derive_types(model, imported).types
 
 
 def fold_reshape_targets(
-    stripped: onnx.ModelProto, types: dict[str, TensorType]
+    stripped: onnx.ModelProto,
+    types: dict[str, TensorType],
+    reading: Callable[[], SkeletonGraph | None] = lambda: None,
 ) -> onnx.ModelProto | None:
     """A copy of `stripped` (a claim-free skeleton) in which the constant-only and shape
     arithmetic feeding each main-graph node whose output inference left not static (a Reshape's
@@ -106,42 +130,45 @@ def fold_reshape_targets(
     `Div` (ONNX's own group-norm body computes C / G) and at `ConstantOfShape`/`Transpose`
     (TorchScript's `F.pad` pads), so the parts it cannot propagate are given as values and
     inference goes on from there (a symbolic batch dim stays symbolic). None when nothing folds.
-    Only for deriving types: the model itself is never changed."""
+    The folding reads `reading()` (the same graph, read as the skeleton, the earlier rounds'
+    folds held; asked only where something may fold) where it gives one, else an import of
+    `stripped`. Only for deriving types: the model itself is never changed."""
     candidates = [
         (node, name)
         for node in stripped.graph.node
-        if node.domain in ("", "ai.onnx")
-        and node.output
-        and not _static(types.get(node.output[0]))
+        if node.domain in ("", "ai.onnx") and node.output and not _static(types.get(node.output[0]))
         for name in _shape_inputs(node, types)
     ]
     if not candidates:
         return None
     model = onnx.ModelProto()
     model.CopyFrom(stripped)  # initializers that are graph inputs are inputs only already
-    try:
-        graph = gs.import_onnx(model)
-    except Exception:  # a graph gs cannot read: no folding
-        return None
     opset = next((e.version for e in stripped.opset_import if e.domain in ("", "ai.onnx")), None)
-    context = Context(ConstantReader(None, opset=opset), types, Target.ORT, {})
-    tensors = graph.tensors()
+    source = reading()
+    if source is None:
+        try:
+            graph = gs.import_onnx(model)
+        except Exception:  # a graph gs cannot read: no folding
+            return None
+        tensors = graph.tensors()
+        facts, used = ScopeFacts(ConstantReader(None, opset=opset), types), set(tensors)
+    else:
+        tensors, used = source.tensors, source.names
+        facts = _SkeletonFacts(opset, types, source.held)
     outputs = {info.name for info in model.graph.output}
     folded: dict[str, np.ndarray] = {}
     seen: set[int] = set()
-    memo: Memo = {}
     for node, name in candidates:
         if name not in tensors:
             continue
-        copied = _copying_target(node, tensors, context)
+        copied = _copying_target(node, tensors, facts)
         if copied is not None:
             folded[name] = copied
         else:
-            _fold_parts(tensors[name], context, folded, (seen, memo), MAX_DEPTH)
+            _fold_parts(tensors[name], facts, folded, seen, MAX_DEPTH)
     folded = {name: value for name, value in folded.items() if name not in outputs}
     if not folded:
         return None
-    used = set(tensors)
     for node in model.graph.node:
         for index, name in enumerate(node.output):
             if name in folded:
@@ -151,11 +178,13 @@ def fold_reshape_targets(
                 used.add(fresh)
                 node.output[index] = fresh
                 model.graph.initializer.append(onnx.numpy_helper.from_array(folded[name], name))
+    if source is not None:
+        source.held.update({id(tensors[name]): value for name, value in folded.items()})
     return model
 
 
 def _copying_target(
-    node: onnx.NodeProto, tensors: dict[str, gs.Tensor], context: Context
+    node: onnx.NodeProto, tensors: dict[str, gs.Tensor], facts: ScopeFacts
 ) -> np.ndarray | None:
     """A Reshape target computed from `Shape` of the Reshape's own input, as the constant that
     computes the same reshape: entry i "dim i of the input" written 0 (which copies dim i where
@@ -167,7 +196,7 @@ def _copying_target(
     if node.op_type != "Reshape" or len(node.input) != 2:
         return None
     data, target = tensors.get(node.input[0]), tensors.get(node.input[1])
-    if data is None or target is None or context.reader.value(target) is not None:
+    if data is None or target is None or facts.value(target) is not None:
         return None
     readers = target.outputs
     if any(
@@ -178,7 +207,7 @@ def _copying_target(
         for reader in readers
     ):
         return None
-    entries = shape_entries(target, context)
+    entries = shape_entries(target, facts)
     if entries is None:
         return None
     copied = [
@@ -192,29 +221,93 @@ def _copying_target(
     return np.array(copied, np.int64)
 
 
+@dataclass(frozen=True)
+class SkeletonGraph:
+    """A model's imported graph (overridable initializers as inputs) read as its claim-free
+    skeleton (`_without_claims`) imported again would be: a weight the skeleton gives as a graph
+    input is no constant; a tensor an earlier fold round replaced is held as the constant it was
+    folded to, with no producer; the names are the ones that import would hold. So one import
+    serves every fold round (and then the rewrite)."""
+
+    tensors: dict[str, gs.Tensor]
+    # By tensor id: the folded value, or None for a weight the skeleton makes an input.
+    held: dict[int, np.ndarray | None]
+    names: set[str]
+
+    @staticmethod
+    def of(model: onnx.ModelProto, graph: gs.Graph) -> SkeletonGraph | None:
+        """The reading of `graph` (imported from `model`); None where the skeleton's nodes
+        differ from the model's (a node typed as its input is an `Identity` there)."""
+        if any(_typed_as_identity(node) for node in model.graph.node):
+            return None
+        tensors = graph.tensors()
+        weights = {tensor.name for tensor in model.graph.initializer if not kept(tensor)}
+        held: dict[int, np.ndarray | None] = {
+            id(tensors[name]): None
+            for name in weights
+            if isinstance(tensors.get(name), gs.Constant)
+        }
+        return SkeletonGraph(dict(tensors), held, set(tensors) | weights)
+
+
+class _SkeletonFacts(ScopeFacts):
+    """Facts of a `SkeletonGraph` round: a held tensor has no producer, and the type the
+    skeleton's import gives it (a folded constant's own; a weight's, derived as an input)."""
+
+    def __init__(
+        self, opset: Opset, types: dict[str, TensorType], held: dict[int, np.ndarray | None]
+    ) -> None:
+        super().__init__(ConstantReader(None, opset=opset, held=held), types)
+        self._held = held
+
+    def producer(self, tensor: gs.Tensor) -> gs.Node | None:
+        """None for a held tensor."""
+        return None if id(tensor) in self._held else super().producer(tensor)
+
+    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
+        """A folded constant's shape, a weight's derived one."""
+        if id(tensor) not in self._held:
+            return super().shape(tensor)
+        value = self._held[id(tensor)]
+        if value is not None:
+            return tuple(value.shape)
+        known = self.types.get(tensor.name)
+        return None if known is None else known[1]
+
+    def elem_type(self, tensor: gs.Tensor) -> int | None:
+        """A folded constant's element type, a weight's derived one."""
+        if id(tensor) not in self._held:
+            return super().elem_type(tensor)
+        value = self._held[id(tensor)]
+        if value is not None:
+            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(value.dtype))
+        known = self.types.get(tensor.name)
+        return None if known is None else known[0]
+
+
 def _fold_parts(
     tensor: gs.Tensor,
-    context: Context,
+    facts: ScopeFacts,
     folded: dict[str, np.ndarray],
-    visits: tuple[set[int], Memo],
+    seen: set[int],
     depth: int,
 ) -> None:
     """Record in `folded` the largest computed (not yet constant) parts of `tensor`'s
-    producers that fold to a value; `visits` (tensors already looked at, `static_value`'s memo)
-    keeps each tensor of the graph to one look."""
-    seen, memo = visits
-    if depth == 0 or id(tensor) in seen or len(tensor.inputs) != 1:
+    producers that fold to a value; `seen` (tensors already looked at) and the facts' memo of
+    static values keep each tensor of the graph to one look."""
+    node = facts.producer(tensor)
+    if depth == 0 or id(tensor) in seen or node is None:
         return
     seen.add(id(tensor))
-    if context.reader.value(tensor) is not None:
+    if facts.value(tensor) is not None:
         return
-    value = static_value(tensor, context, memo=memo)
+    value = facts.static_value(tensor)
     if value is not None:
         folded[tensor.name] = value
         return
-    for source in tensor.inputs[0].inputs:
+    for source in node.inputs:
         if source.name:
-            _fold_parts(source, context, folded, visits, depth - 1)
+            _fold_parts(source, facts, folded, seen, depth - 1)
 
 
 _INTEGER_TYPES = frozenset(
@@ -271,12 +364,17 @@ def _without_claims(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def _typed_as_identity(node: onnx.NodeProto) -> bool:
+    """Whether the skeleton types are derived from makes `node` an Identity of its input."""
+    standard = node.domain in ("", "ai.onnx") and node.op_type in TYPED_AS_INPUT
+    return standard and bool(node.input) and len(node.output) == 1
+
+
 def _typed_as_input(graph: onnx.GraphProto | onnx.FunctionProto) -> None:
     """Each node of `graph` (or a function body) in `TYPED_AS_INPUT` made an Identity of its
     first input, in place (in the skeleton types are derived from, never in the model)."""
     for node in graph.node:
-        standard = node.domain in ("", "ai.onnx")
-        if node.op_type in TYPED_AS_INPUT and standard and node.input and len(node.output) == 1:
+        if _typed_as_identity(node):
             del node.input[1:]
             del node.attribute[:]
             node.op_type = "Identity"
@@ -295,8 +393,6 @@ def _contradicts(claim: TensorType, derived: TensorType) -> bool:
         isinstance(a, int) and isinstance(b, int) and a != b
         for a, b in zip(claim[1], derived[1], strict=True)
     )
-
-
 
 
 def _merge(found: list[TensorType | None]) -> TensorType | None:

@@ -10,6 +10,14 @@ from onnx.external_data_helper import uses_external_data
 KEPT_ELEMENTS = 4096  # small initializers keep their values (shapes, axes, constants in checks)
 
 
+def kept(tensor: onnx.TensorProto) -> bool:
+    """Whether the skeleton keeps `tensor` an initializer (small, stored inline)."""
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count <= KEPT_ELEMENTS and not uses_external_data(tensor)
+
+
 def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with every initializer over `KEPT_ELEMENTS` elements, or stored externally, given
     as a graph input of the same type and shape instead (the model itself is not changed)."""
@@ -22,10 +30,7 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.sparse_initializer.extend(source.sparse_initializer)
     inputs = {info.name for info in source.input}
     for tensor in source.initializer:
-        count = 1
-        for dim in tensor.dims:
-            count *= dim
-        if count <= KEPT_ELEMENTS and not uses_external_data(tensor):
+        if kept(tensor):
             graph.initializer.append(tensor)
         elif tensor.name not in inputs:
             graph.input.append(

@@ -30,6 +30,7 @@ STANDARD_OPS = {
     "rms-norm": ("RMSNormalization", RMS_NORM_OPSET),
 }
 
+
 class Target(str, Enum):
     """The runtime the optimised model is for."""
 

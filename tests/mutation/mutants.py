@@ -116,8 +116,8 @@ MUTANTS = (
     ),
     Mutant(
         "overridable-initializer-read-as-constant",
-        "src/normfuse/model_view.py",
-        "if tensor.name in self.overridable and isinstance(tensor, gs.Constant):",
+        "src/normfuse/graph_import.py",
+        "if tensor.name in overridable_names and isinstance(tensor, gs.Constant):",
         "if False and isinstance(tensor, gs.Constant):",
         ("tests/test_soundness.py",),
         "an initializer the caller may override (a graph input too) is read as a constant",
