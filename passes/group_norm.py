@@ -108,9 +108,22 @@ PATTERNS = (
     _GROUP_NORMALIZATION,
 )
 _RESHAPE = Op("Reshape", Var("ungrouped"), Var("grouped_shape"), name="grouped")
-_NO_FASTER_FORM = (
-    "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's CPU "
-    "provider runs (no CPU kernel for GroupNormalization or com.microsoft.GroupNorm); left as is"
+# An InstanceNormalization node between the Reshapes, once checked, is refused as it is.
+_KEPT_AS_IS = (
+    checks.Refusal(
+        "instance_norm",
+        "no-faster-form",
+        "InstanceNormalization between the Reshapes is already the fastest form ONNX Runtime's "
+        "CPU provider runs (no CPU kernel for GroupNormalization or com.microsoft.GroupNorm); "
+        "left as is",
+    ),
+)
+# Bindings whose presence alone refuses the statistics, checked first, in this order.
+_STATISTICS_REFUSALS = (
+    checks.Refusal(
+        "std_plus_epsilon", "epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it"
+    ),
+    checks.Refusal("centered_cast", "cast-types", "x - mean is cast inside the statistics"),
 )
 
 
@@ -161,8 +174,7 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     if "instance_norm" in match:
         _check_instance_norm(match, context, groups)
     _check_channel_affine(back, context, channels, len(shape))
-    if "instance_norm" in match:
-        raise checks.Reject("no-faster-form", _NO_FASTER_FORM)
+    checks.refuse_bindings(match, _KEPT_AS_IS)
     if inner is None or tail is None:
         raise checks.Reject("unknown-shape", f"the spatial dims of {list(shape)} are not static")
     io = checks.fused_io(match, context)
@@ -499,10 +511,7 @@ def _check_statistics(
 ) -> None:
     """The layer-norm statistics of `match` reduce exactly `axes` with divisor `count`; a variance
     reduced without keepdims must be reshaped to `kept_shape` (the shape with keepdims)."""
-    if "std_plus_epsilon" in match:
-        raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
-    if "centered_cast" in match:
-        raise checks.Reject("cast-types", "x - mean is cast inside the statistics")
+    checks.refuse_bindings(match, _STATISTICS_REFUSALS)
     reducers = [match.node("mean"), match.node("variance_reduce")]
     if "variance_mean" in match:
         reducers[1] = match.node("variance_mean")

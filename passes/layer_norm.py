@@ -203,15 +203,22 @@ class LayerNormPass:
 _RESHAPED = Op("Reshape", Var("ungrouped"), Var("groups"))
 
 
+# Bindings whose presence alone refuses the site, checked first, in this order.
+_REFUSALS = (
+    checks.Refusal(
+        "lookalike",
+        "not-layer-norm",
+        "x - mean(x) is computed here, but what follows is no spelling of layer "
+        "normalisation that normfuse can prove exact; left alone",
+    ),
+    checks.Refusal(
+        "std_plus_epsilon", "epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it"
+    ),
+)
+
+
 def _check(match: Match, context: Context) -> Site:
-    if "lookalike" in match:
-        raise checks.Reject(
-            "not-layer-norm",
-            "x - mean(x) is computed here, but what follows is no spelling of layer "
-            "normalisation that normfuse can prove exact; left alone",
-        )
-    if "std_plus_epsilon" in match:
-        raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
+    checks.refuse_bindings(match, _REFUSALS)
     checks.check_exponents(match, context)
     _reject_group_norm(match, context)
     if "centered_cast" in match and match.node("centered_cast").attrs.get("to") not in WIDE_TYPES:

@@ -159,6 +159,20 @@ def _also_averaged(tensors: list[gs.Tensor], reduce: gs.Node) -> bool:
     )
 
 
+# Bindings whose presence alone refuses the site, checked in this order after the lookalikes.
+_REFUSALS = (
+    checks.Refusal(
+        "rms_plus_epsilon", "epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it"
+    ),
+    checks.Refusal(
+        "absolute", "mean-abs-not-square", "the statistic is the mean of |x|, not of x^2"
+    ),
+    checks.Refusal(
+        "l2_normalised", "l2-norm", "x / ||x||_2 is L2 normalisation: no mean, no sqrt(d)"
+    ),
+)
+
+
 def _check(match: Match, context: Context) -> Site:
     if match.root is match["reduce"]:  # the last-resort pattern: nothing larger matched
         statistic = _LOOKALIKE_STATISTICS[match.node("reduce").op]
@@ -167,12 +181,7 @@ def _check(match: Match, context: Context) -> Site:
             f"{statistic} is computed here, but what follows is no spelling of RMS "
             "normalisation that normfuse can prove exact; left alone",
         )
-    if "rms_plus_epsilon" in match:
-        raise checks.Reject("epsilon-outside-sqrt", "epsilon is added after Sqrt, not inside it")
-    if "absolute" in match:
-        raise checks.Reject("mean-abs-not-square", "the statistic is the mean of |x|, not of x^2")
-    if "l2_normalised" in match:
-        raise checks.Reject("l2-norm", "x / ||x||_2 is L2 normalisation: no mean, no sqrt(d)")
+    checks.refuse_bindings(match, _REFUSALS)
     checks.check_exponents(match, context)
     reduce = match.node("reduce")
     if reduce.op != "ReduceMean" and not {"divisor", "reciprocal_divisor"} & match.tensors.keys():

@@ -92,6 +92,18 @@ class SkipNormPass:
         return _check(match, context)
 
 
+# Bindings whose presence alone refuses the site, checked once the Add is a residual sum.
+_REFUSALS = (
+    checks.Refusal(
+        "skip_bias",
+        "skip-bias-order",
+        "a bias added after the residual sum: ONNX Runtime's CPU kernel adds "
+        "(input + skip) + bias, its CUDA kernel (input + bias) + skip; folded, the sum "
+        "would be the model's on one provider only",
+    ),
+)
+
+
 def _check(match: Match, context: Context) -> Site:
     if context.policy.target is not Target.ORT:
         raise checks.Reject("ort-only-form", "Skip* ops exist only in ONNX Runtime (--target ort)")
@@ -99,13 +111,7 @@ def _check(match: Match, context: Context) -> Site:
     first, second = match["input"], match["skip"]
     if context.facts.is_constant(first) or context.facts.is_constant(second):
         raise checks.Reject("not-residual", "one operand of the Add is a constant (a bias)")
-    if "skip_bias" in match:
-        raise checks.Reject(
-            "skip-bias-order",
-            "a bias added after the residual sum: ONNX Runtime's CPU kernel adds "
-            "(input + skip) + bias, its CUDA kernel (input + bias) + skip; folded, the sum "
-            "would be the model's on one provider only",
-        )
+    checks.refuse_bindings(match, _REFUSALS)
     shape = _residual_shape(first, second, context)
     rank = len(shape)
     if "cast" in match and match.node("cast").attrs.get("to") != context.facts.elem_type(first):

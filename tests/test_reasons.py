@@ -3,10 +3,12 @@ table of docs/spellings-and-reasons.md is the one rendered from it.
 
 The scan reads the source (AST) of src/normfuse/*.py and passes/*.py. A code is raised where a
 record is made with it: `Reject(code, ...)`, `Unfit(code, ...)`, the guard's `Failure(code, ...)`,
-`NearMiss(kind, node, code, ...)`, and an exclusion `(code, detail)` that the driver reports as
-a near-miss. The code expression is followed through literals, conditionals, dict lookups, named
-constants, local assignments, loop tables, a parameter's callers, a dataclass field's
-constructions and a `reason()` method's returns. As a net for any other route, every kebab-case
+`NearMiss(kind, node, code, ...)`, a row `Refusal(binding, code, detail)` of a pass's table of
+refusing bindings (counted in the module holding the table; `norm_checks.refuse_bindings` raises
+it), and an exclusion `(code, detail)` that the driver reports as a near-miss. The code
+expression is followed through literals, conditionals, dict lookups, named constants, local
+assignments, loop tables, a parameter's callers, a dataclass field's constructions and a
+`reason()` method's returns. As a net for any other route, every kebab-case
 literal in those modules must be a registered code or one of `NOT_REASONS`.
 """
 
@@ -17,17 +19,21 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from normfuse.passes import group_norm, layer_norm, rms_norm, skip_norm
+
 from normfuse import reasons
+from normfuse.norm_checks import Refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "spellings-and-reasons.md"
 REGENERATE = "python -m normfuse.reasons docs/spellings-and-reasons.md"
-RAISERS = {"Reject": 0, "Unfit": 0, "Failure": 0, "NearMiss": 2}
+RAISERS = {"Reject": 0, "Unfit": 0, "Failure": 0, "NearMiss": 2, "Refusal": 1}
 # Raise sites that pass on a code another record already carries (counted where it was made).
 PASS_THROUGH = {
     ("rewrite", "reject.reason"),
     ("rewrite", "*unfit"),
     ("rewrite", "*excluded[outcome.output]"),
+    ("norm_checks", "refusal.code"),
 }
 # Kebab-case literals that are not reason codes: family names, labels, JSON keys.
 NOT_REASONS = {"layer-norm", "rms-norm", "skip-norm", "channel-first", "cand-f64", "orig-f64"}
@@ -287,3 +293,19 @@ def test_doc_holds_the_rendered_table():
     assert text.count(reasons.TABLE_START) == 1, f"no reasons table; run: {REGENERATE}"
     assert table in text, f"the reasons table is stale; run: {REGENERATE}"
     assert reasons.rewrite_doc(text) == text, f"the reasons table is stale; run: {REGENERATE}"
+
+
+def test_refusal_tables_are_scanned():
+    """Every row of the passes' refusal tables, read at run time, is a raise site of its pass."""
+    where, _ = raised()
+    rows = [
+        (module.__name__.rsplit(".", 1)[-1], row)
+        for module in (group_norm, layer_norm, rms_norm, skip_norm)
+        for table in vars(module).values()
+        if isinstance(table, tuple)
+        for row in table
+        if isinstance(row, Refusal)
+    ]
+    assert rows
+    for stem, row in rows:
+        assert stem in where[row.code], f"{stem}: {row} not found by the scan"

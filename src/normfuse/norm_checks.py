@@ -45,6 +45,23 @@ class FusedIO:
     kept: tuple[gs.Node, ...]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A pattern binding whose presence alone refuses a site, with the reason code and detail
+    the refusal reports (a row of a pass's table, applied by `refuse_bindings`)."""
+
+    binding: str
+    code: str
+    detail: str
+
+
+def refuse_bindings(match: Match, refusals: tuple[Refusal, ...]) -> None:
+    """Raise `Reject` for the first row of `refusals`, in table order, whose binding `match` has."""
+    for refusal in refusals:
+        if refusal.binding in match:
+            raise Reject(refusal.code, refusal.detail)
+
+
 def fused_io(match: Match, context: Context) -> FusedIO:
     """Resolve the casts a mixed-precision export puts around the statistics.
 

@@ -2,8 +2,9 @@
 that raise it (passes by name; `norm_checks` is the checks every norm pass shares, `final_check`
 the check every site passes, `rewrite` the driver, `guard`/`rollback` the output guard).
 
-The raise sites keep their string literals; `tests/test_reasons.py` scans them and holds this
-registry equal to what the code raises. The reasons table of docs/spellings-and-reasons.md is
+The raise sites keep their string literals (or a pass's `norm_checks.Refusal` table holds them,
+for bindings whose presence alone refuses a site); `tests/test_reasons.py` scans both and holds
+this registry equal to what the code raises. The reasons table of docs/spellings-and-reasons.md is
 rendered from here: `python -m normfuse.reasons docs/spellings-and-reasons.md` rewrites it.
 """
 

@@ -101,8 +101,8 @@ MUTANTS = (
     Mutant(
         "epsilon-outside-sqrt-accepted",
         "passes/layer_norm.py",
-        '    if "std_plus_epsilon" in match:\n',
-        "    if False:\n",
+        '        "std_plus_epsilon", "epsilon-outside-sqrt",',
+        '        "std_plus_epsilon_never_bound", "epsilon-outside-sqrt",',
         LAYER,
         "sqrt(var) + eps is fused as sqrt(var + eps)",
     ),
