@@ -1,0 +1,1207 @@
+"""Adversarial corpus, eighth helper: the newest layer-norm and group-norm acceptances, hand-built
+with onnx.helper.
+
+Features: 1 a layer norm over the last axis between Reshapes (row-keeping, and look-alikes that
+regroup the last axis), 2 SpaceToDepth / DepthToSpace upstream of a norm, 3 group norms whose
+grouping Reshape target is built at run time (Shape windows, Slice, Concat, [N, G, C/G, -1]),
+4 GroupNormalization-21 nodes whose scale or bias is no true constant, 5 `--validate` with a
+site whose Reshape back or moves read another tensor only through Shape / Size, 6
+GroupNormalization nodes in model-local functions. Cases use `models.adversarial_6.Case6` and
+run in `tests/test_adversarial_8.py` through the sixth corpus's checks. `EITHER`: any outcome
+is right as long as the numerics hold (a look-alike that may be fused exactly in some other
+form, or left). Cases normfuse gets wrong carry a finding id (`ADV8-NN`, described in
+`docs/adversary8-findings.md`) in `FINDINGS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from models.adversarial import EITHER, FUSE, KEEP
+from models.adversarial_6 import FUSE_OR, Case6, _i64
+from models.adversarial_build import F16, F, G, body, ln, model
+
+CASES: list[Case6] = []
+BOTH = ("default", "onnx", "validate")
+# case name -> (finding id, the configurations it fails in).
+FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+
+def case(name: str, feature: str, statement: str, build, expect, **kw) -> None:
+    assert all(c.name != name for c in CASES), name
+    CASES.append(Case6(f"a8_{name}", feature, statement, build, expect, **kw))
+
+
+def _cat(g: G, *parts) -> str:
+    """Concat on axis 0 of tensor names and int64 constants (lists)."""
+    names = [p if isinstance(p, str) else _i64(g, p) for p in parts]
+    return g.op("Concat", names, axis=0)
+
+
+def _stats(g: G, r: str, axes=(-1,), var_axes=None, eps=1e-5, const=None) -> str:
+    """(r - mean) / sqrt(var + eps), two-pass, over `axes` (variance over `var_axes`); `const`
+    makes the constants (g.init by default; g.const_node in function bodies)."""
+    const = const or g.init
+    mean = g.op("ReduceMean", [r, const(np.asarray(axes, np.int64), None, np.int64)], keepdims=1)
+    centred = g.op("Sub", [r, mean])
+    square = g.op("Mul", [centred, centred])
+    va = const(np.asarray(var_axes or axes, np.int64), None, np.int64)
+    var = g.op("ReduceMean", [square, va], keepdims=1)
+    shifted = g.op("Add", [var, const(np.asarray(eps, g.dtype), None, g.dtype)])
+    return g.op("Div", [centred, g.op("Sqrt", [shifted])])
+
+
+# ======================================== feature 1: LN between Reshapes
+
+
+def _ln_between(
+    target: Callable[[G], str],
+    back: Callable[[G], str],
+    rdims,
+    *,
+    dims=(2, 6, 16),
+    axes=(-1,),
+    gamma=None,
+    inputs=(),
+    out=None,
+    f16=False,
+    allowzero=None,
+):
+    """x -> Reshape(target) -> layer norm of the reshaped tensor (shape `rdims`) over `axes`,
+    affine per `gamma` (default: gamma and beta over the normalised axes) -> Reshape(back)."""
+
+    def build():
+        g = G(opset=18, seed=sum(rdims))
+        x = g.op("Cast", ["x"], to=F) if f16 else "x"
+        attrs = {} if allowzero is None else {"allowzero": allowzero}
+        r = g.op("Reshape", [x, target(g)], **attrs)
+        if gamma is None:
+            n = ln(g, r, shape=rdims, axes=axes)
+        else:
+            n = ln(g, r, gamma=g.random(gamma), beta=g.random(gamma[-1:], -0.5, 0.5), shape=rdims)
+        y = g.op("Reshape", [n, back(g)])
+        if f16:
+            y = g.op("Cast", [y], to=F16)
+        g.op("Identity", [y], "y")
+        elem = F16 if f16 else F
+        return model(g, [("x", elem, dims), *inputs], [("y", elem, out or dims)])
+
+    return build
+
+
+def _const(values):
+    return lambda g: _i64(g, values)
+
+
+def _shape_of(name, **window):
+    return lambda g: g.op("Shape", [name], **window)
+
+
+def _feature1() -> None:
+    back = _const([2, 6, 16])
+    lnf = FUSE("layer-norm")
+    items = [
+        (
+            "rows_flat",
+            "Reshape [12, 16] -> LN -> Reshape [2, 6, 16]",
+            _ln_between(_const([12, 16]), back, (12, 16)),
+            lnf,
+        ),
+        (
+            "rows_split",
+            "Reshape [2, 3, 2, 16] -> LN -> back",
+            _ln_between(_const([2, 3, 2, 16]), back, (2, 3, 2, 16)),
+            lnf,
+        ),
+        (
+            "rows_regrouped_keep_last",
+            "Reshape [6, 2, 16] (a reshape, rows kept) -> LN -> back",
+            _ln_between(_const([6, 2, 16]), back, (6, 2, 16)),
+            lnf,
+        ),
+        (
+            "rows_minus1_back_shape",
+            "Reshape [-1, 16] -> LN -> Reshape Shape(x)",
+            _ln_between(_const([-1, 16]), _shape_of("x"), (12, 16)),
+            lnf,
+        ),
+        (
+            "rows_symbolic",
+            "x [b, s, 16]: Reshape [-1, 16] -> LN -> Reshape Shape(x)",
+            _ln_between(_const([-1, 16]), _shape_of("x"), (12, 16), dims=("b", "s", 16)),
+            lnf,
+        ),
+        (
+            "rows_allowzero",
+            "Reshape [12, 16] allowzero=1 -> LN -> back",
+            _ln_between(_const([12, 16]), back, (12, 16), allowzero=1),
+            lnf,
+        ),
+        (
+            "rows_float16_casts",
+            "float16 x, Cast -> Reshape [12, 16] -> LN -> back -> Cast",
+            _ln_between(_const([12, 16]), back, (12, 16), f16=True),
+            lnf,
+        ),
+        (
+            "runtime_target_last",
+            "Reshape(x, Concat([-1], Shape(x, start=-1))) -> LN -> back",
+            _ln_between(lambda g: _cat(g, [-1], g.op("Shape", ["x"], start=-1)), back, (12, 16)),
+            lnf,
+        ),
+        (
+            "runtime_target_slice_last",
+            "target Concat([-1], Slice(Shape(x), [-1], [100]))",
+            _ln_between(
+                lambda g: _cat(
+                    g, [-1], g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [-1]), _i64(g, [100])])
+                ),
+                back,
+                (12, 16),
+            ),
+            lnf,
+        ),
+        (
+            "two_axes_of_split_row",
+            "Reshape [2, 6, 2, 8] -> LN over the last two axes (= a row)",
+            _ln_between(_const([2, 6, 2, 8]), back, (2, 6, 2, 8), axes=(-2, -1)),
+            EITHER,
+        ),
+        # look-alikes: the first Reshape regroups the last axis
+        (
+            "look_regroup_2x8",
+            "Reshape [2, 6, 2, 8] -> LN over 8 -> back: halves of rows",
+            _ln_between(_const([2, 6, 2, 8]), back, (2, 6, 2, 8)),
+            EITHER,
+        ),
+        (
+            "look_rows_paired",
+            "Reshape [2, 3, 32] -> LN over 32 -> back: pairs of rows",
+            _ln_between(_const([2, 3, 32]), back, (2, 3, 32)),
+            EITHER,
+        ),
+        (
+            "look_zero_copies_middle",
+            "x [2, 8, 16], Reshape [-1, 0] = [32, 8] (0 copies dim 1)",
+            _ln_between(_const([-1, 0]), _const([2, 8, 16]), (32, 8), dims=(2, 8, 16)),
+            EITHER,
+        ),
+        (
+            "zero_copies_equal_dim",
+            "x [2, 16, 16], Reshape [-1, 0] = [32, 16] (dim 1 = dim 2)",
+            _ln_between(_const([-1, 0]), _const([2, 16, 16]), (32, 16), dims=(2, 16, 16)),
+            EITHER,
+        ),
+        (
+            "look_zero_first_minus1",
+            "x [4, 4, 16], Reshape [0, -1] = [4, 64]",
+            _ln_between(_const([0, -1]), _const([4, 4, 16]), (4, 64), dims=(4, 4, 16)),
+            EITHER,
+        ),
+        (
+            "look_runtime_off_by_one",
+            "target Concat([-1], Shape(x, 1, 2)) = [32, 6]",
+            _ln_between(
+                lambda g: _cat(g, [-1], g.op("Shape", ["x"], start=1, end=2)), back, (32, 6)
+            ),
+            EITHER,
+        ),
+        (
+            "look_runtime_slice_second_last",
+            "target Concat([-1], Slice(Shape(x), [-2], [-1]))",
+            _ln_between(
+                lambda g: _cat(
+                    g, [-1], g.op("Slice", [g.op("Shape", ["x"]), _i64(g, [-2]), _i64(g, [-1])])
+                ),
+                back,
+                (32, 6),
+            ),
+            EITHER,
+        ),
+        (
+            "look_gamma_per_row",
+            "Reshape [12, 16] -> LN stats -> gamma [12, 16] -> back",
+            _ln_between(_const([12, 16]), back, (12, 16), gamma=(12, 16)),
+            EITHER,
+        ),
+        (
+            "back_other_layout",
+            "Reshape [12, 16] -> LN -> Reshape [6, 2, 16] (not x's shape)",
+            _ln_between(_const([12, 16]), _const([6, 2, 16]), (12, 16), out=(6, 2, 16)),
+            FUSE_OR("layer-norm", "reshape-not-restored", "group-norm"),
+        ),
+        (
+            "back_flat",
+            "Reshape [12, 16] -> LN -> Reshape [2, 96]",
+            _ln_between(_const([12, 16]), _const([2, 96]), (12, 16), out=(2, 96)),
+            FUSE_OR("layer-norm", "reshape-not-restored", "group-norm"),
+        ),
+    ]
+    for name, words, build, expect in items:
+        case(f"ln_{name}", "1", words, build, expect)
+    case(
+        "ln_back_shape_of_other",
+        "1",
+        "x [b, s, 16] -> Reshape [-1, 16] -> LN -> Reshape Shape(z), z [s, b, 16] (fed [3, 2, 16])",
+        _ln_between(
+            _const([-1, 16]),
+            _shape_of("z"),
+            (12, 16),
+            dims=("b", "s", 16),
+            inputs=[("z", F, ("s", "b", 16))],
+            out=("s", "b", 16),
+        ),
+        EITHER,
+        overrides={
+            "x": np.linspace(-2, 3, 96, dtype=np.float32).reshape(2, 3, 16),
+            "z": np.zeros((3, 2, 16), np.float32),
+        },
+    )
+
+
+# ======================================== feature 2: SpaceToDepth / DepthToSpace
+
+
+def _s2d(kind: str):
+    """A norm after SpaceToDepth / DepthToSpace (non-square spatial dims so a wrong shape rule
+    shows)."""
+
+    def build():
+        g = G(opset=18, seed=len(kind))
+        ins, outs = None, None
+        if kind in ("s2d_ln_channels_last", "s2d_rms_channels_last", "s2d_then_d2s"):
+            s = g.op("SpaceToDepth", ["x"], blocksize=2)  # [1, 8, 2, 3]
+            if kind == "s2d_then_d2s":
+                s = g.op("DepthToSpace", [s], blocksize=2)  # [1, 2, 4, 6]
+                n = ln(g, s, shape=(1, 2, 4, 6))
+                ins, outs = (1, 2, 4, 6), (1, 2, 4, 6)
+            else:
+                t = g.op("Transpose", [s], perm=[0, 2, 3, 1])  # [1, 2, 3, 8]
+                if kind == "s2d_ln_channels_last":
+                    n = ln(g, t, shape=(1, 2, 3, 8))
+                else:
+                    sq = g.op("Mul", [t, t])
+                    ms = g.op("ReduceMean", [sq, _i64(g, [-1])], keepdims=1)
+                    inv = g.op("Sqrt", [g.op("Add", [ms, g.init(1e-6)])])
+                    n = g.op("Mul", [g.op("Div", [t, inv]), g.init(g.random((8,)))])
+                ins, outs = (1, 2, 4, 6), (1, 2, 3, 8)
+        elif kind == "s2d_ln_last_two":
+            s = g.op("SpaceToDepth", ["x"], blocksize=2)
+            n = ln(g, s, shape=(1, 8, 2, 3), axes=(-2, -1))
+            ins, outs = (1, 2, 4, 6), (1, 8, 2, 3)
+        elif kind == "s2d_bs3":
+            s = g.op("SpaceToDepth", ["x"], blocksize=3)  # [1, 9, 2, 3]
+            t = g.op("Transpose", [s], perm=[0, 2, 3, 1])
+            n = ln(g, t, shape=(1, 2, 3, 9))
+            ins, outs = (1, 1, 6, 9), (1, 2, 3, 9)
+        elif kind.startswith("d2s_ln"):
+            mode = "CRD" if "crd" in kind else "DCR"
+            batch = "n" if "symbolic" in kind else 1
+            s = g.op("DepthToSpace", ["x"], blocksize=2, mode=mode)  # [., 2, 4, 6]
+            n = ln(g, s, shape=(1, 2, 4, 6))
+            ins, outs = (batch, 8, 2, 3), (batch, 2, 4, 6)
+        elif kind == "d2s_gamma_along_h":
+            s = g.op("DepthToSpace", ["x"], blocksize=2)
+            n = ln(g, s, gamma=g.random((4, 1)), beta=None, shape=(1, 2, 4, 6))
+            ins, outs = (1, 8, 2, 3), (1, 2, 4, 6)
+        elif kind in ("s2d_group_norm", "d2s_group_norm_const_back", "d2s_crd_group_norm_symbolic"):
+            if kind == "s2d_group_norm":
+                s = g.op("SpaceToDepth", ["x"], blocksize=2)  # [2, 8, 2, 3]
+                target, c, groups = _i64(g, [0, 4, -1]), 8, 4
+                back = g.op("Shape", [s])
+                ins = (2, 2, 4, 6)
+                outs = (2, 8, 2, 3)
+            elif kind == "d2s_group_norm_const_back":
+                s = g.op("DepthToSpace", ["x"], blocksize=2)  # [2, 4, 4, 6]
+                target, c, groups = _i64(g, [0, 2, -1]), 4, 2
+                back = _i64(g, [0, 4, 4, 6])
+                ins, outs = (2, 16, 2, 3), (2, 4, 4, 6)
+            else:
+                s = g.op("DepthToSpace", ["x"], blocksize=2, mode="CRD")
+                lead = g.op("Shape", [s], end=1)
+                target, c, groups = _cat(g, lead, [2, -1]), 4, 2
+                back = g.op("Shape", [s])
+                ins, outs = ("n", 16, 2, 3), ("n", 4, 4, 6)
+            del groups
+            r = g.op("Reshape", [s, target])
+            n = g.op("Reshape", [_stats(g, r), back])
+            n = g.op("Mul", [n, g.init(g.random((c, 1, 1)))])
+            n = g.op("Add", [n, g.init(g.random((c, 1, 1), -0.5, 0.5))])
+        else:
+            raise ValueError(kind)
+        g.op("Identity", [n], "y")
+        return model(g, [("x", F, ins)], [("y", F, outs)])
+
+    return build
+
+
+def _feature2() -> None:
+    items = [
+        ("s2d_ln_channels_last", "LN(Transpose(SpaceToDepth(x [1, 2, 4, 6])))", "layer-norm"),
+        (
+            "s2d_ln_last_two",
+            "LN over the last two axes of SpaceToDepth(x) [1, 8, 2, 3]",
+            "layer-norm",
+        ),
+        ("s2d_bs3", "LN(Transpose(SpaceToDepth(x [1, 1, 6, 9], 3)))", "layer-norm"),
+        ("s2d_rms_channels_last", "RMS(Transpose(SpaceToDepth(x)))", "rms-norm"),
+        ("s2d_then_d2s", "LN(DepthToSpace(SpaceToDepth(x)))", "layer-norm"),
+        ("d2s_ln_dcr", "LN(DepthToSpace(x [1, 8, 2, 3], DCR)) over W = 6", "layer-norm"),
+        ("d2s_ln_crd", "LN(DepthToSpace(x [1, 8, 2, 3], CRD)) over W = 6", "layer-norm"),
+        ("d2s_ln_crd_symbolic", "LN(DepthToSpace(x [n, 8, 2, 3], CRD))", "layer-norm"),
+        ("s2d_group_norm", "group norm (G = 4) of SpaceToDepth(x), back Shape(s)", "group-norm"),
+        (
+            "d2s_group_norm_const_back",
+            "group norm (G = 2) of DepthToSpace(x), const back",
+            "group-norm",
+        ),
+        (
+            "d2s_crd_group_norm_symbolic",
+            "group norm of DepthToSpace(x [n, ...], CRD), target Concat(Shape(s)[:1], [2, -1])",
+            "group-norm",
+        ),
+    ]
+    for name, words, kind in items:
+        case(name, "2", words, _s2d(name), FUSE(kind))
+    case(
+        "d2s_gamma_along_h",
+        "2",
+        "LN stats of DepthToSpace(x), gamma [4, 1] varying along H",
+        _s2d("d2s_gamma_along_h"),
+        EITHER,
+    )
+
+
+# ======================================== feature 3: run-time grouping targets
+
+
+def _gnd(
+    target: Callable[[G], str],
+    *,
+    dims=(2, 8, 4, 4),
+    axes=(-1,),
+    var_axes=None,
+    back=None,
+    inputs=(),
+    out=None,
+    f16=False,
+    overridable=(),
+    allowzero=None,
+):
+    """A hand-written group norm of x: Reshape(x, target) -> two-pass statistics over `axes` ->
+    Reshape(back, default Shape(x)) -> Mul(gamma [C, 1, ...]) -> Add(beta)."""
+
+    def build():
+        dtype = np.float16 if f16 else np.float32
+        g = G(opset=18, seed=len(dims) + 3, dtype=dtype)
+        attrs = {} if allowzero is None else {"allowzero": allowzero}
+        r = g.op("Reshape", ["x", target(g)], **attrs)
+        n = _stats(g, r, axes, var_axes)
+        y = g.op("Reshape", [n, back(g) if back else g.op("Shape", ["x"])])
+        shape = out or dims
+        bshape = (dims[1], *[1] * (len(shape) - 2))
+        y = g.op("Mul", [y, g.init(g.random(bshape))])
+        g.op("Add", [y, g.init(g.random(bshape, -0.5, 0.5))], "y")
+        elem = F16 if f16 else F
+        return model(g, [("x", elem, dims), *inputs], [("y", elem, shape)], overridable=overridable)
+
+    return build
+
+
+def _lead(**window):
+    """Concat(Shape(x)[window], [4, -1])."""
+    return lambda g: _cat(g, g.op("Shape", ["x"], **window), [4, -1])
+
+
+def _sliced(starts, ends, axes=None, steps=None, tail=(4, -1), src="x"):
+    def target(g):
+        args = [g.op("Shape", [src]), _i64(g, starts), _i64(g, ends)]
+        if axes is not None or steps is not None:
+            args.append(_i64(g, axes if axes is not None else [0]))
+        if steps is not None:
+            args.append(_i64(g, steps))
+        return _cat(g, g.op("Slice", args), list(tail))
+
+    return target
+
+
+def _fn_group_norm(const_target: bool, sites):
+    """A model-local function GN(X): Reshape(X, [0, 4, -1] or Concat(Shape(X)[:1], [4, -1]))
+    -> statistics -> Reshape(Shape(X)), no affine; called once per shape in `sites`."""
+
+    def build():
+        g = G(opset=18, seed=5)
+        f = G("f_", opset=18)
+        if const_target:
+            target = f.const_node(np.array([0, 4, -1], np.int64), None, np.int64)
+        else:
+            lead = f.op("Shape", ["X"], end=1)
+            tail = f.const_node(np.array([4, -1], np.int64), None, np.int64)
+            target = f.op("Concat", [lead, tail], axis=0)
+        r = f.op("Reshape", ["X", target])
+        n = _stats(f, r, const=f.const_node)
+        f.op("Reshape", [n, f.op("Shape", ["X"])], "Y")
+        fn = helper.make_function(
+            "local", "GN", ["X"], ["Y"], f.nodes, [helper.make_opsetid("", 18)]
+        )
+        ins, outs = [], []
+        for i, dims in enumerate(sites):
+            g.nodes.append(helper.make_node("GN", [f"x{i}"], [f"y{i}"], domain="local"))
+            ins.append((f"x{i}", F, dims))
+            outs.append((f"y{i}", F, dims))
+        return model(g, ins, outs, functions=[fn], opsets={"local": 1})
+
+    return build
+
+
+def _gn_in_if() -> onnx.ModelProto:
+    """A hand-written group norm with target Concat(Shape(x)[:1], [4, -1]) in an If branch
+    reading the outer x."""
+    g = G(opset=18, seed=2)
+    b = G("t_", opset=18, seed=3)
+    r = b.op("Reshape", ["x", _cat(b, b.op("Shape", ["x"], end=1), [4, -1])])
+    y = b.op("Reshape", [_stats(b, r), b.op("Shape", ["x"])])
+    b.op("Mul", [y, b.init(b.random((8, 1, 1)))], "t_y")
+    e = G("e_", opset=18)
+    e.op("Identity", ["x"], "e_y")
+    dims = (2, 8, 4, 4)
+    then = body(b, [], [("t_y", F, dims)])
+    other = body(e, [], [("e_y", F, dims)])
+    g.op("If", ["cond"], "y", then_branch=then, else_branch=other)
+    return model(g, [("x", F, dims), ("cond", onnx.TensorProto.BOOL, ())], [("y", F, dims)])
+
+
+def _gated_ln(window_end: int):
+    """h [b, l, 32] -> Reshape Concat(Shape(h)[0:end], [4, -1]) -> two-pass statistics ->
+    Reshape Shape(h) -> Mul(w [32])."""
+
+    def build():
+        g = G(opset=18, seed=window_end)
+        r = g.op("Reshape", ["x", _cat(g, g.op("Shape", ["x"], end=window_end), [4, -1])])
+        y = g.op("Reshape", [_stats(g, r), g.op("Shape", ["x"])])
+        g.op("Mul", [y, g.init(g.random((32,)))], "y")
+        dims = ("b", "l", 32)
+        return model(g, [("x", F, dims)], [("y", F, dims)])
+
+    return build
+
+
+def _feature3() -> None:
+    gn = FUSE("group-norm")
+    exact = [
+        ("shape_end1", "target Concat(Shape(x, end=1), [4, -1])", _gnd(_lead(end=1)), gn),
+        (
+            "shape_neg_window",
+            "target Concat(Shape(x, start=-4, end=-3), [4, -1])",
+            _gnd(_lead(start=-4, end=-3)),
+            gn,
+        ),
+        (
+            "slice_axes_neg",
+            "target Concat(Slice(Shape(x), [0], [1], axes=[-1]), [4, -1])",
+            _gnd(_sliced([0], [1], axes=[-1])),
+            gn,
+        ),
+        (
+            "slice_end_negative",
+            "target Concat(Slice(Shape(x), [0], [-3]), [4, -1]) (= [N])",
+            _gnd(_sliced([0], [-3])),
+            gn,
+        ),
+        (
+            "slice_step4",
+            "target Concat(Slice(Shape(x), [0], [4], [0], [4]), [4, -1]) (= [N])",
+            _gnd(_sliced([0], [4], steps=[4])),
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "symbolic_end1",
+            "x [n, 8, 4, 4], target Concat(Shape(x, end=1), [4, -1])",
+            _gnd(_lead(end=1), dims=("n", 8, 4, 4)),
+            gn,
+        ),
+        (
+            "split_const",
+            "Reshape [0, 4, 2, -1], statistics over the last two axes",
+            _gnd(_const([0, 4, 2, -1]), axes=(-2, -1)),
+            gn,
+        ),
+        (
+            "split_runtime",
+            "Reshape Concat(Shape(x)[:1], [4, 2, -1]), statistics last two",
+            _gnd(lambda g: _cat(g, g.op("Shape", ["x"], end=1), [4, 2, -1]), axes=(-2, -1)),
+            gn,
+        ),
+        (
+            "split_runtime_symbolic",
+            "x [n, 8, 4, 4], Concat(Shape(x)[:1], [4, 2, -1]), last two",
+            _gnd(
+                lambda g: _cat(g, g.op("Shape", ["x"], end=1), [4, 2, -1]),
+                axes=(-2, -1),
+                dims=("n", 8, 4, 4),
+            ),
+            gn,
+        ),
+        (
+            "split_5d_last_three",
+            "Reshape [N, 4, 2, 4, 4] (runtime N), statistics last three",
+            _gnd(lambda g: _cat(g, g.op("Shape", ["x"], end=1), [4, 2, 4, 4]), axes=(-3, -2, -1)),
+            FUSE_OR("group-norm", "group-statistics-axes", "not-channel-groups"),
+        ),
+        (
+            "split_minus1_middle",
+            "Reshape [0, 4, -1, 16], statistics over the last two axes",
+            _gnd(_const([0, 4, -1, 16]), axes=(-2, -1)),
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "allowzero_runtime",
+            "Reshape allowzero=1, target Concat(Shape(x)[:1], [4, -1])",
+            _gnd(_lead(end=1), allowzero=1),
+            gn,
+        ),
+        (
+            "float16_runtime",
+            "float16 throughout, target Concat(Shape(x)[:1], [4, -1])",
+            _gnd(_lead(end=1), f16=True),
+            gn,
+        ),
+        (
+            "gated_ln_symbolic",
+            "h [b, l, 32], Concat(Shape(h)[0:2], [4, -1]), two-pass stats",
+            _gated_ln(2),
+            EITHER,
+        ),
+        # exact by coincidence of contiguity: rows of the group size
+        (
+            "contiguous_g_n_l",
+            "target Concat([4], Shape(x)[:1], [-1]) = [G, N, L]: rows are groups",
+            _gnd(lambda g: _cat(g, [4], g.op("Shape", ["x"], end=1), [-1])),
+            EITHER,
+        ),
+        (
+            "split_wrong_inner",
+            "Reshape [0, 4, 4, -1] (C/G = 2), statistics last two (32 contiguous)",
+            _gnd(_const([0, 4, 4, -1]), axes=(-2, -1)),
+            EITHER,
+        ),
+        # look-alikes
+        (
+            "look_window_0_2",
+            "target Concat(Shape(x)[0:2], [2, -1]) = [N, C, 2, 8]",
+            _gnd(lambda g: _cat(g, g.op("Shape", ["x"], end=2), [2, -1])),
+            EITHER,
+        ),
+        (
+            "look_window_1_2",
+            "target Concat(Shape(x, 1, 2), [4, -1]) = [8, 4, 8]",
+            _gnd(_lead(start=1, end=2)),
+            EITHER,
+        ),
+        (
+            "look_neg_window_c",
+            "target Concat(Shape(x, -3, -2), [4, -1]) = [C, 4, -1]",
+            _gnd(_lead(start=-3, end=-2)),
+            EITHER,
+        ),
+        (
+            "look_slice_step2",
+            "target Concat(Slice(Shape(x), 0, 4, step 2), [4, -1]) = [N, H, 4, 8]",
+            _gnd(_sliced([0], [4], steps=[2])),
+            EITHER,
+        ),
+        (
+            "look_slice_reverse",
+            "x [2, 8, 3, 4], Slice(Shape(x), -1, -2, step -1) = [W] = [4]",
+            _gnd(_sliced([-1], [-2], steps=[-1]), dims=(2, 8, 3, 4)),
+            EITHER,
+        ),
+        (
+            "look_concat_swapped",
+            "target Concat([4, -1], Shape(x)[:1]) = [4, 64, 2]",
+            _gnd(lambda g: _cat(g, [4, -1], g.op("Shape", ["x"], end=1))),
+            EITHER,
+        ),
+        (
+            "look_g_not_dividing",
+            "x [2, 6, 4, 4], target Concat(Shape(x)[:1], [4, -1])",
+            _gnd(_lead(end=1), dims=(2, 6, 4, 4)),
+            FUSE_OR("group-norm", "groups-do-not-divide", "not-channel-groups"),
+        ),
+        (
+            "look_split_axis_c_only",
+            "Reshape [0, 4, 2, -1], statistics over axis -2 only",
+            _gnd(_const([0, 4, 2, -1]), axes=(-2,)),
+            EITHER,
+        ),
+        (
+            "look_split_last_only",
+            "Reshape Concat(Shape(x)[:1], [4, 2, -1]), statistics last only",
+            _gnd(lambda g: _cat(g, g.op("Shape", ["x"], end=1), [4, 2, -1])),
+            EITHER,
+        ),
+        (
+            "look_split_mismatched",
+            "Reshape [0, 4, 2, -1], mean last two, variance last only",
+            _gnd(_const([0, 4, 2, -1]), axes=(-2, -1), var_axes=(-1,)),
+            KEEP("mismatched-axes"),
+        ),
+        (
+            "look_5d_last_two",
+            "Reshape [N, 4, 2, 4, 4], statistics last two (per channel)",
+            _gnd(lambda g: _cat(g, g.op("Shape", ["x"], end=1), [4, 2, 4, 4]), axes=(-2, -1)),
+            EITHER,
+        ),
+        (
+            "look_back_other_layout",
+            "back Reshape [0, 8, 16] (not x's shape)",
+            _gnd(_lead(end=1), back=_const([0, 8, 16]), out=(2, 8, 16)),
+            FUSE_OR("group-norm", "reshape-not-restored"),
+        ),
+        (
+            "look_split_interleave",
+            "Reshape [0, 2, 4, -1], statistics over axes (1, 3)",
+            _gnd(_const([0, 2, 4, -1]), axes=(1, 3)),
+            EITHER,
+        ),
+    ]
+    for name, words, build, expect in exact:
+        groups = 4 if expect is gn else 0
+        case(f"gnt_{name}", "3", words, build, expect, groups=groups)
+    case(
+        "gnt_overridable_tail",
+        "3",
+        "target Concat(Shape(x)[:1], ov [4, -1]); fed [2, -1]",
+        _gnd(
+            lambda g: _cat(
+                g,
+                g.op("Shape", ["x"], end=1),
+                g.init(np.array([4, -1], np.int64), "ov_tail", np.int64),
+            ),
+            overridable=["ov_tail"],
+        ),
+        EITHER,
+        overrides={"ov_tail": np.array([2, -1], np.int64)},
+    )
+    case(
+        "gnt_overridable_slice_end",
+        "3",
+        "target Concat(Slice(Shape(x), 0, ov [1]), ...); fed 2",
+        _gnd(
+            lambda g: _cat(
+                g,
+                g.op(
+                    "Slice",
+                    [
+                        g.op("Shape", ["x"]),
+                        _i64(g, [0]),
+                        g.init(np.array([1], np.int64), "ov_end", np.int64),
+                    ],
+                ),
+                [4, -1],
+            ),
+            overridable=["ov_end"],
+        ),
+        EITHER,
+        overrides={"ov_end": np.array([2], np.int64)},
+    )
+    case(
+        "gnt_shape_of_other_tensor",
+        "3",
+        "x [n, 8, 4, 4]; target Concat(Shape(z)[:1], [4, -1]), z [m, 8, 4, 4] fed with m = 1",
+        _gnd(
+            lambda g: _cat(g, g.op("Shape", ["z"], end=1), [4, -1]),
+            dims=("n", 8, 4, 4),
+            inputs=[("z", F, ("m", 8, 4, 4))],
+        ),
+        EITHER,
+        overrides={"z": np.zeros((1, 8, 4, 4), np.float32)},
+    )
+    case(
+        "gnt_back_shape_of_other",
+        "3",
+        "back Reshape Shape(z), z [n, 8, 16] another input",
+        _gnd(
+            _lead(end=1),
+            dims=("n", 8, 4, 4),
+            back=_shape_of("z"),
+            inputs=[("z", F, ("n", 8, 16))],
+            out=("n", 8, 16),
+        ),
+        FUSE_OR("group-norm", "reshape-not-restored"),
+    )
+    case(
+        "gnt_in_if_branch",
+        "3",
+        "runtime target group norm in an If branch (outer x)",
+        _gn_in_if,
+        FUSE("group-norm"),
+    )
+    case(
+        "gnt_function_two_shapes_runtime",
+        "3",
+        "function GN(X) with target Concat(Shape(X)[:1], [4, -1]) called on [2, 8, 4, 4] and"
+        " [3, 8, 5, 1]",
+        _fn_group_norm(False, [(2, 8, 4, 4), (3, 8, 5, 1)]),
+        EITHER,
+    )
+    case(
+        "gnt_function_two_shapes_const",
+        "3",
+        "function GN(X) with target [0, 4, -1] called on [2, 8, 4, 4] and [1, 4, 6]",
+        _fn_group_norm(True, [(2, 8, 4, 4), (1, 4, 6)]),
+        EITHER,
+    )
+
+
+# ======================================== feature 4: GN-21 affine not constant
+
+
+def _gn21(kind: str):
+    """GroupNormalization-21 (x [2, 8, 3, 3], G = 4) whose scale / bias comes per `kind`."""
+
+    def build():
+        g = G(opset=21, seed=21)
+        dims = (2, 8, 3, 3)
+        ins, overridable = [("x", F, dims)], []
+        scale = g.init(g.random((8,)), "scale_init")
+        bias = g.init(g.random((8,), -0.5, 0.5), "bias_init")
+        if kind in ("scale_input", "both_inputs", "scale_identity_of_input"):
+            ins.append(("scale", F, (8,)))
+            scale = "scale"
+            if kind == "scale_identity_of_input":
+                scale = g.op("Identity", ["scale"])
+        if kind in ("bias_input", "both_inputs"):
+            ins.append(("bias", F, (8,)))
+            bias = "bias"
+        if kind == "scale_overridable":
+            overridable.append("scale_init")
+        if kind == "bias_overridable":
+            overridable.append("bias_init")
+        if kind == "scale_expand_overridable":
+            g.init(np.array([1.25], np.float32), "ov_s")
+            overridable.append("ov_s")
+            scale = g.op("Expand", ["ov_s", _i64(g, [8])])
+        if kind == "bias_add_overridable":
+            g.init(np.zeros(8, np.float32), "ov_b")
+            overridable.append("ov_b")
+            bias = g.op("Add", ["ov_b", bias])
+        if kind == "scale_constant_of_shape":
+            value = numpy_helper.from_array(np.array([1.5], np.float32))
+            scale = g.op("ConstantOfShape", [_i64(g, [8])], value=value)
+        if kind == "if_scale_outer_input":
+            ins.append(("scale", F, (8,)))
+            b = G("t_", opset=21)
+            b.nodes.append(
+                helper.make_node("GroupNormalization", ["x", "scale", bias], ["t_y"], num_groups=4)
+            )
+            e = G("e_", opset=21)
+            e.op("Identity", ["x"], "e_y")
+            then = body(b, [], [("t_y", F, dims)])
+            other = body(e, [], [("e_y", F, dims)])
+            g.op("If", ["cond"], "y", then_branch=then, else_branch=other)
+            ins.append(("cond", onnx.TensorProto.BOOL, ()))
+        else:
+            g.nodes.append(
+                helper.make_node(
+                    "GroupNormalization", ["x", scale, bias], ["y"], num_groups=4, epsilon=1e-5
+                )
+            )
+        return model(g, ins, [("y", F, dims)], overridable=overridable)
+
+    return build
+
+
+def _gn21_reference(kind: str):
+    """GroupNormalization-21 by its definition in float64 NumPy, scale and bias as `kind` makes
+    them from the feeds and initializers (two-pass statistics)."""
+
+    def reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+        inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+        values = inits | feeds
+        scale = values.get("scale", values["scale_init"])
+        bias = values.get("bias", values["bias_init"])
+        if kind == "scale_expand_overridable":
+            scale = np.broadcast_to(values["ov_s"], (8,))
+        if kind == "bias_add_overridable":
+            bias = values["ov_b"] + inits["bias_init"]
+        if kind == "scale_constant_of_shape":
+            scale = np.full(8, 1.5)
+        x = np.asarray(values["x"], np.float64)
+        grouped = x.reshape(2, 4, -1)
+        centred = grouped - grouped.mean(-1, keepdims=True)
+        y = (centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+        shape = (1, 8, 1, 1)
+        out = y * np.asarray(scale, np.float64).reshape(shape)
+        return [out + np.asarray(bias, np.float64).reshape(shape)]
+
+    return reference
+
+
+def _feature4() -> None:
+    ov = {
+        "scale_overridable": {"scale_init": np.full(8, 2.5, np.float32)},
+        "bias_overridable": {"bias_init": np.full(8, -1.0, np.float32)},
+        "scale_expand_overridable": {"ov_s": np.array([-3.0], np.float32)},
+        "bias_add_overridable": {"ov_b": np.full(8, 4.0, np.float32)},
+    }
+    items = [
+        ("scale_input", "scale a graph input, bias an initializer", KEEP("gamma-shape")),
+        ("bias_input", "bias a graph input, scale an initializer", KEEP("beta-shape")),
+        ("both_inputs", "scale and bias graph inputs", KEEP("gamma-shape", "beta-shape")),
+        ("scale_identity_of_input", "scale = Identity(graph input)", KEEP("gamma-shape")),
+        ("scale_overridable", "scale an overridable initializer", KEEP("gamma-shape")),
+        ("bias_overridable", "bias an overridable initializer", KEEP("beta-shape")),
+        ("scale_expand_overridable", "scale = Expand(overridable [1], [8])", KEEP("gamma-shape")),
+        ("bias_add_overridable", "bias = overridable + constant", KEEP("beta-shape")),
+        (
+            "scale_constant_of_shape",
+            "scale = ConstantOfShape([8], 1.5): a true constant",
+            FUSE_OR("group-norm", "gamma-shape"),
+        ),
+        (
+            "if_scale_outer_input",
+            "in an If branch, scale an outer graph input",
+            KEEP("gamma-shape"),
+        ),
+    ]
+    for name, words, expect in items:
+        case(
+            f"gn21_{name}",
+            "4",
+            f"GroupNormalization-21: {words}",
+            _gn21(name),
+            expect,
+            groups=4,
+            overrides=ov.get(name, {}),
+            reference=None if name.startswith("if_") else _gn21_reference(name),
+        )
+
+
+# ======================================== feature 5: --validate, Shape readers
+
+
+def _val(kind: str):
+    """A site whose Reshape back or moves read another tensor only through Shape / Size."""
+
+    def build():
+        g = G(opset=18, seed=len(kind))
+        sym = ("b", "s", 16)
+        ins, outs = [("x", F, sym)], [("y", F, sym)]
+        r = g.op("Reshape", ["x", _i64(g, [-1, 16])])
+        n = ln(g, r, shape=(12, 16))
+        if kind == "back_shape_of_input":
+            ins.append(("z", F, sym))
+            g.op("Reshape", [n, g.op("Shape", ["z"])], "y")
+        elif kind == "back_shape_of_computed":
+            t = g.op("Sigmoid", ["x"])
+            g.op("Reshape", [n, g.op("Shape", [t])], "y")
+        elif kind == "back_size_of_input":
+            ins.append(("z", F, ("b", 6, 16)))
+            lead = g.op(
+                "Div", [g.op("Reshape", [g.op("Size", ["z"]), _i64(g, [1])]), _i64(g, [96])]
+            )
+            g.op("Reshape", [n, _cat(g, lead, [6, 16])], "y")
+            ins[0] = ("x", F, ("b", 6, 16))
+            outs = [("y", F, ("b", 6, 16))]
+        elif kind == "back_shape_and_value":
+            ins.append(("z", F, sym))
+            g.op("Reshape", [n, g.op("Shape", ["z"])], "y")
+            g.op("Add", ["z", g.init(1.0)], "y2")
+            outs.append(("y2", F, sym))
+        elif kind == "back_shape_window":
+            ins.append(("z", F, ("b", "s", 99)))
+            g.op("Reshape", [n, _cat(g, g.op("Shape", ["z"], end=2), [16])], "y")
+        elif kind == "back_shape_of_loop_output":
+            lb = G("l_", opset=18)
+            lb.op("Identity", ["l_c"], "l_c_out")
+            lb.op("Identity", ["l_v"], "l_v_out")
+            loop = body(
+                lb,
+                [
+                    ("l_i", onnx.TensorProto.INT64, ()),
+                    ("l_c", onnx.TensorProto.BOOL, ()),
+                    ("l_v", F, None),
+                ],
+                [("l_c_out", onnx.TensorProto.BOOL, ()), ("l_v_out", F, None)],
+            )
+            keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
+            v = g.op("Loop", [_i64(g, 1), keep, "x"], body=loop)
+            g.op("Reshape", [n, g.op("Shape", [v])], "y")
+        elif kind == "shape_of_intermediate":
+            g.op("Reshape", [n, g.op("Shape", ["x"])], "y")
+            sub = next(node.output[0] for node in g.nodes if node.op_type == "Sub")
+            g.op("Shape", [sub], "y2")
+            outs.append(("y2", onnx.TensorProto.INT64, (2,)))
+        elif kind == "expand_shape_of_own_output":
+            o = g.op("Reshape", [n, g.op("Shape", ["x"])])
+            g.op("Expand", [o, g.op("Shape", [o])], "y")
+        elif kind == "back_shape_of_gn21":
+            ins.append(("w", F, ("b", 3, 4)))
+            gn = g.fresh("gn")
+            g.nodes.append(
+                helper.make_node(
+                    "GroupNormalization",
+                    ["w", g.init(g.random((3,))), g.init(np.zeros(3))],
+                    [gn],
+                    num_groups=1,
+                )
+            )
+            lead = g.op("Shape", [gn], end=1)
+            g.op("Reshape", [n, _cat(g, lead, [-1, 16])], "y")
+        else:
+            raise ValueError(kind)
+        if kind == "back_shape_of_gn21":
+            g.opset = 21
+        return model(g, ins, outs)
+
+    return build
+
+
+def _feature5() -> None:
+    lnf = FUSE("layer-norm")
+    items = [
+        ("back_shape_of_input", "Reshape back Shape(z), z another input [b, s, 16]", lnf),
+        ("back_shape_of_computed", "Reshape back Shape(Sigmoid(x))", lnf),
+        ("back_size_of_input", "Reshape back Concat(Size(z) / 96, [6, 16])", lnf),
+        ("back_shape_and_value", "Reshape back Shape(z); z also read by value (z + 1 out)", lnf),
+        ("back_shape_window", "Reshape back Concat(Shape(z, end=2), [16]), z [b, s, 99]", lnf),
+        ("back_shape_of_loop_output", "Reshape back Shape(Loop(x) carried, untyped)", EITHER),
+        (
+            "shape_of_intermediate",
+            "Shape(x - mean) is a graph output",
+            FUSE_OR("layer-norm", "intermediate-used-elsewhere"),
+        ),
+        ("expand_shape_of_own_output", "Expand(o, Shape(o)), o the site's output", lnf),
+        ("back_shape_of_gn21", "Reshape back Concat(Shape(GroupNormalization(w))[:2], [16])", lnf),
+    ]
+    for name, words, expect in items:
+        case(f"val_{name}", "5", words, _val(name), expect)
+
+
+# ======================================== feature 6: GN in functions
+
+
+def _fn_gn21(kind: str):
+    """GroupNormalization-21 in a model-local function, per `kind`."""
+
+    def build():
+        g = G(opset=21, seed=6)
+        f = G("f_", opset=21, seed=7)
+        dtype = np.float16 if kind == "float16" else np.float32
+        elem = F16 if kind == "float16" else F
+        fin = ["X"]
+        if kind in ("scale_inputs", "scale_graph_input", "two_sites_different_c"):
+            fin = ["X", "S", "B"]
+            s, b = "S", "B"
+        else:
+            s = f.const_node(f.random((8,)).astype(dtype), None, dtype)
+            b = f.const_node(f.random((8,), -0.5, 0.5).astype(dtype), None, dtype)
+        f.nodes.append(helper.make_node("GroupNormalization", ["X", s, b], ["Y0"], num_groups=4))
+        if kind == "chain_two":
+            f.nodes.append(
+                helper.make_node("GroupNormalization", ["Y0", s, b], ["Y"], num_groups=4)
+            )
+        else:
+            f.op("Identity", ["Y0"], "Y")
+        fns = [
+            helper.make_function("local", "GNB", fin, ["Y"], f.nodes, [helper.make_opsetid("", 21)])
+        ]
+        ins, outs = [], []
+        op = "GNB"
+        if kind == "nested":
+            outer = helper.make_node("GNB", ["X"], ["Y"], domain="local")
+            fns.append(
+                helper.make_function(
+                    "local",
+                    "Outer",
+                    ["X"],
+                    ["Y"],
+                    [outer],
+                    [helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
+                )
+            )
+            op = "Outer"
+        if kind in ("call_in_if", "call_in_other_function", "call_in_loop"):
+            return _fn_elsewhere(kind, fns)
+        sites = {
+            "two_sites_shapes": [(2, 8, 3, 3), (1, 8, 5, 2)],
+            "two_sites_rank": [(2, 8, 3, 3), (3, 8, 6)],
+            "symbolic": [("n", 8, 3, 3)],
+            "two_sites_different_c": [(2, 8, 3, 3), (2, 4, 3, 3)],
+        }.get(kind, [(2, 8, 3, 3)])
+        for i, dims in enumerate(sites):
+            args = [f"x{i}"]
+            if len(fin) == 3:
+                c = dims[1]
+                if kind == "scale_graph_input":
+                    args += ["scale", g.init(g.random((c,)), g.fresh("b"))]
+                    ins.append(("scale", F, (c,)))
+                else:
+                    args += [
+                        g.init(g.random((c,)), g.fresh("s")),
+                        g.init(g.random((c,), -0.5, 0.5), g.fresh("b")),
+                    ]
+            g.nodes.append(helper.make_node(op, args, [f"y{i}"], domain="local"))
+            ins.insert(i, (f"x{i}", elem, dims))
+            outs.append((f"y{i}", elem, dims))
+        return model(g, ins, outs, functions=fns, opsets={"local": 1})
+
+    return build
+
+
+def _fn_elsewhere(kind: str, fns: list) -> onnx.ModelProto:
+    """GNB called on x0 [2, 8, 3, 3] in the graph and on x1 [2, 8, 9] (the same per-sample size,
+    another layout) from an If branch, another function or a Loop body."""
+    g = G(opset=21, seed=8)
+    g.nodes.append(helper.make_node("GNB", ["x0"], ["y0"], domain="local"))
+    ins = [("x0", F, (2, 8, 3, 3)), ("x1", F, (2, 8, 9))]
+    outs = [("y0", F, (2, 8, 3, 3)), ("y1", F, (2, 8, 9))]
+    call = helper.make_node("GNB", ["x1"], ["c_y"], domain="local")
+    if kind == "call_in_if":
+        then = helper.make_graph(
+            [call], "then", [], [helper.make_tensor_value_info("c_y", F, None)]
+        )
+        other = helper.make_graph(
+            [helper.make_node("Identity", ["x1"], ["e_y"])],
+            "else",
+            [],
+            [helper.make_tensor_value_info("e_y", F, None)],
+        )
+        g.op("If", ["cond"], "y1", then_branch=then, else_branch=other)
+        ins.append(("cond", onnx.TensorProto.BOOL, ()))
+    elif kind == "call_in_other_function":
+        outer = helper.make_node("GNB", ["X"], ["Y"], domain="local")
+        fns.append(
+            helper.make_function(
+                "local",
+                "Outer",
+                ["X"],
+                ["Y"],
+                [outer],
+                [helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
+            )
+        )
+        g.nodes.append(helper.make_node("Outer", ["x1"], ["y1"], domain="local"))
+    else:
+        cond = helper.make_node("Identity", ["l_c"], ["l_c_out"])
+        loop = helper.make_graph(
+            [cond, call],
+            "loop",
+            [
+                helper.make_tensor_value_info("l_i", onnx.TensorProto.INT64, ()),
+                helper.make_tensor_value_info("l_c", onnx.TensorProto.BOOL, ()),
+            ],
+            [
+                helper.make_tensor_value_info("l_c_out", onnx.TensorProto.BOOL, ()),
+                helper.make_tensor_value_info("c_y", F, None),
+            ],
+        )
+        keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
+        ys = g.op("Loop", [_i64(g, 1), keep], body=loop)
+        g.op("Squeeze", [ys, _i64(g, [0])], "y1")
+    return model(g, ins, outs, functions=fns, opsets={"local": 1})
+
+
+def fn_gn_reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    """The graph outputs of a `_fn_gn21` / `_fn_elsewhere` model by GroupNormalization-21's
+    definition in float64 NumPy (4 groups, eps 1e-5, two-pass statistics): output y<i> is GNB
+    of x<i> (twice for a chain), the affine from the body's Constant nodes or the call's
+    initializers; an If's else branch (cond false) passes x<i> through."""
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    fn = next(f for f in m.functions if f.name == "GNB")
+    consts = [numpy_helper.to_array(n.attribute[0].t) for n in fn.node if n.op_type == "Constant"]
+    count = sum(n.op_type == "GroupNormalization" for n in fn.node)
+    calls = {n.output[0]: n for n in m.graph.node if n.domain == "local"}
+    outs = []
+    for out in m.graph.output:
+        x = np.asarray(feeds["x" + out.name[1:]], np.float64)
+        if out.name in calls and len(calls[out.name].input) == 3:
+            scale, bias = ((inits | feeds)[i] for i in calls[out.name].input[1:])
+        elif out.name in calls or "cond" not in feeds or bool(feeds["cond"]):
+            scale, bias = consts
+        else:
+            outs.append(x)
+            continue
+        y = x
+        for _ in range(count):
+            grouped = y.reshape(y.shape[0], 4, -1)
+            centred = grouped - grouped.mean(-1, keepdims=True)
+            var = (centred**2).mean(-1, keepdims=True)
+            shape = (1, -1, *[1] * (y.ndim - 2))
+            normed = (centred / np.sqrt(var + 1e-5)).reshape(y.shape)
+            y = normed * np.asarray(scale, np.float64).reshape(shape)
+            y = y + np.asarray(bias, np.float64).reshape(shape)
+        outs.append(y)
+    return outs
+
+
+def _feature6() -> None:
+    gn = FUSE("group-norm")
+    items = [
+        ("two_sites_shapes", "called on [2, 8, 3, 3] and [1, 8, 5, 2]", EITHER),
+        ("two_sites_rank", "called on [2, 8, 3, 3] and [3, 8, 6] (ranks 4 and 3)", EITHER),
+        ("symbolic", "called on x [n, 8, 3, 3]", FUSE_OR("group-norm", "unknown-shape")),
+        ("single", "called once on [2, 8, 3, 3], affine Constant nodes", gn),
+        (
+            "scale_inputs",
+            "scale and bias function inputs (initializers at the call)",
+            FUSE_OR("group-norm", "gamma-shape", "beta-shape"),
+        ),
+        (
+            "scale_graph_input",
+            "scale a function input fed by a graph input at the call",
+            KEEP("gamma-shape", "beta-shape"),
+        ),
+        (
+            "two_sites_different_c",
+            "scale, bias function inputs; called with C = 8 and C = 4",
+            EITHER,
+        ),
+        ("nested", "in a function called by another function", EITHER),
+        (
+            "chain_two",
+            "two GroupNormalization nodes in a chain in one body",
+            FUSE_OR("group-norm", "unknown-dtype", "unknown-shape", count=2),
+        ),
+        (
+            "float16",
+            "float16 x, float16 Constant affine",
+            FUSE_OR("group-norm", "unsupported-dtype"),
+        ),
+        (
+            "call_in_if",
+            "called on [2, 8, 3, 3] in the graph and on [2, 8, 9] in an If branch",
+            EITHER,
+        ),
+        (
+            "call_in_other_function",
+            "called on [2, 8, 3, 3] in the graph and on [2, 8, 9] through another function",
+            EITHER,
+        ),
+        (
+            "call_in_loop",
+            "called on [2, 8, 3, 3] in the graph and on [2, 8, 9] in a Loop body",
+            EITHER,
+        ),
+    ]
+    for name, words, expect in items:
+        alone = name in ("single", "scale_inputs", "chain_two", "float16", "symbolic", "nested")
+        case(
+            f"fn_gn21_{name}",
+            "6",
+            f"GroupNormalization-21 in a function: {words}",
+            _fn_gn21(name),
+            expect,
+            groups=4 if alone else 0,
+            offset=alone,
+            reference=fn_gn_reference,
+        )
+
+
+for _group in (_feature1, _feature2, _feature3, _feature4, _feature5, _feature6):
+    _group()
