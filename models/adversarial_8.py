@@ -1205,3 +1205,372 @@ def _feature6() -> None:
 
 for _group in (_feature1, _feature2, _feature3, _feature4, _feature5, _feature6):
     _group()
+
+
+# ======================================== second wave: positive axes, 0 in targets, lying types
+
+
+def _ln_axes_name(kind: str):
+    """x [2, 6, 16] -> Reshape [12, 16] -> LN whose ReduceMean axes are `kind`: positive (1,)
+    on the rank-2 tensor, or an overridable initializer (fed [0])."""
+
+    def build():
+        g = G(opset=18, seed=4)
+        r = g.op("Reshape", ["x", _i64(g, [12, 16])])
+        over = []
+        if kind == "overridable":
+            axes = g.init(np.array([1], np.int64), "ov_axes", np.int64)
+            over = ["ov_axes"]
+        else:
+            axes = (1,)
+        n = ln(g, r, axes=axes, shape=(12, 16))
+        g.op("Reshape", [n, _i64(g, [2, 6, 16])], "y")
+        return model(g, [("x", F, (2, 6, 16))], [("y", F, (2, 6, 16))], overridable=over)
+
+    return build
+
+
+def _ln_rank4_axis3() -> onnx.ModelProto:
+    """x [2, 6, 16] -> Reshape [2, 3, 2, 16] -> LN over axis 3 (positive, the last of rank 4)."""
+    g = G(opset=18, seed=5)
+    r = g.op("Reshape", ["x", _i64(g, [2, 3, 2, 16])])
+    n = ln(g, r, axes=(3,), shape=(2, 3, 2, 16))
+    g.op("Reshape", [n, _i64(g, [2, 6, 16])], "y")
+    return model(g, [("x", F, (2, 6, 16))], [("y", F, (2, 6, 16))])
+
+
+def _ln_gamma_rank4() -> onnx.ModelProto:
+    """Reshape [12, 16] -> LN with gamma [1, 1, 1, 16] (the LN output broadcast to rank 4) ->
+    Reshape [2, 6, 16]."""
+    g = G(opset=18, seed=6)
+    r = g.op("Reshape", ["x", _i64(g, [12, 16])])
+    n = ln(g, r, gamma=g.random((1, 1, 1, 16)), beta=g.random((16,), -0.5, 0.5), shape=(12, 16))
+    g.op("Reshape", [n, _i64(g, [2, 6, 16])], "y")
+    return model(g, [("x", F, (2, 6, 16))], [("y", F, (2, 6, 16))])
+
+
+def _ln_swapped_back() -> onnx.ModelProto:
+    """x [b, s, 16] -> Reshape [-1, 16] -> LN -> Reshape Concat(Shape(x)[1:2], Shape(x)[0:1],
+    [16]) = [s, b, 16] (a reshape, not x's shape unless b = s)."""
+    g = G(opset=18, seed=7)
+    r = g.op("Reshape", ["x", _i64(g, [-1, 16])])
+    n = ln(g, r, shape=(12, 16))
+    back = _cat(g, g.op("Shape", ["x"], start=1, end=2), g.op("Shape", ["x"], end=1), [16])
+    g.op("Reshape", [n, back], "y")
+    return model(g, [("x", F, ("b", "s", 16))], [("y", F, ("s", "b", 16))])
+
+
+def _gn21_after(kind: str):
+    """GroupNormalization-21 (G = 2) of SpaceToDepth / DepthToSpace(x), non-square dims."""
+
+    def build():
+        g = G(opset=21, seed=len(kind))
+        if kind == "s2d":
+            s = g.op("SpaceToDepth", ["x"], blocksize=2)  # [2, 8, 2, 3]
+            ins, outs, c = (2, 2, 4, 6), (2, 8, 2, 3), 8
+        else:
+            s = g.op("DepthToSpace", ["x"], blocksize=2, mode=kind.upper())  # [2, 4, 4, 6]
+            ins, outs, c = (2, 16, 2, 3), (2, 4, 4, 6), 4
+        scale, bias = g.init(g.random((c,))), g.init(g.random((c,), -0.5, 0.5))
+        g.nodes.append(
+            helper.make_node("GroupNormalization", [s, scale, bias], ["y"], num_groups=2)
+        )
+        return model(g, [("x", F, ins)], [("y", F, outs)])
+
+    return build
+
+
+def moved_gn21_reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    """`_gn21_after`'s model in float64 NumPy: SpaceToDepth / DepthToSpace by the ONNX
+    definitions, then GroupNormalization-21's definition (two-pass statistics)."""
+    move = m.graph.node[0]
+    node = m.graph.node[1]
+    attrs = {a.name: helper.get_attribute_value(a) for a in move.attribute}
+    x = np.asarray(feeds["x"], np.float64)
+    b, c, h, w = x.shape
+    k = attrs["blocksize"]
+    if move.op_type == "SpaceToDepth":
+        t = x.reshape(b, c, h // k, k, w // k, k).transpose(0, 3, 5, 1, 2, 4)
+        s = t.reshape(b, c * k * k, h // k, w // k)
+    else:
+        if attrs.get("mode", b"DCR") in ("CRD", b"CRD"):
+            t = x.reshape(b, c // (k * k), k, k, h, w).transpose(0, 1, 4, 2, 5, 3)
+        else:
+            t = x.reshape(b, k, k, c // (k * k), h, w).transpose(0, 3, 4, 1, 5, 2)
+        s = t.reshape(b, c // (k * k), h * k, w * k)
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    scale, bias = (inits[i].astype(np.float64).reshape(1, -1, 1, 1) for i in node.input[1:])
+    grouped = s.reshape(b, 2, -1)
+    centred = grouped - grouped.mean(-1, keepdims=True)
+    y = (centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)).reshape(s.shape)
+    return [y * scale + bias]
+
+
+def _gn21_lying_value_info() -> onnx.ModelProto:
+    """x [2, 8, 9] carried through a Loop (its output shape not inferred), declared [2, 8, 3, 3]
+    in value_info (wrong: ONNX Runtime runs it and warns), then GroupNormalization-21."""
+    g = G(opset=21, seed=9)
+    lb = G("l_", opset=21)
+    lb.op("Identity", ["l_c"], "l_c_out")
+    lb.op("Identity", ["l_v"], "l_v_out")
+    loop = body(
+        lb,
+        [("l_i", onnx.TensorProto.INT64, ()), ("l_c", onnx.TensorProto.BOOL, ()), ("l_v", F, None)],
+        [("l_c_out", onnx.TensorProto.BOOL, ()), ("l_v_out", F, None)],
+    )
+    keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
+    g.op("Loop", [_i64(g, 1), keep, "x"], "v", body=loop)
+    scale, bias = g.init(g.random((8,))), g.init(g.random((8,), -0.5, 0.5))
+    g.nodes.append(helper.make_node("GroupNormalization", ["v", scale, bias], ["y"], num_groups=4))
+    return model(
+        g, [("x", F, (2, 8, 9))], [("y", F, ("a", "b", "c"))], value_info=[("v", F, (2, 8, 3, 3))]
+    )
+
+
+def _gn_back_zero_copies_g() -> onnx.ModelProto:
+    """Group statistics of Reshape(x, [0, 4, -1]), reshaped back by [0, 0, -1]: the second 0
+    copies the grouped tensor's G = 4, not x's C = 8 (output [2, 4, 32])."""
+    g = G(opset=18, seed=10)
+    r = g.op("Reshape", ["x", _i64(g, [0, 4, -1])])
+    g.op("Reshape", [_stats(g, r), _i64(g, [0, 0, -1])], "y")
+    return model(g, [("x", F, (2, 8, 4, 4))], [("y", F, (2, 4, 32))])
+
+
+def _gn_data_other() -> onnx.ModelProto:
+    """Group statistics of w [m, 8, 4, 4] reshaped by Concat(Shape(x)[:1], [4, -1]), x [n, 8, 4,
+    4] (fed with n = 1), back Shape(w)."""
+    g = G(opset=18, seed=11)
+    r = g.op("Reshape", ["w", _cat(g, g.op("Shape", ["x"], end=1), [4, -1])])
+    y = g.op("Reshape", [_stats(g, r), g.op("Shape", ["w"])])
+    g.op("Mul", [y, g.init(g.random((8, 1, 1)))], "y")
+    return model(
+        g, [("w", F, ("m", 8, 4, 4)), ("x", F, ("n", 8, 4, 4))], [("y", F, ("m", 8, 4, 4))]
+    )
+
+
+def _second_wave() -> None:
+    lnf, gn = FUSE("layer-norm"), FUSE("group-norm")
+    back = _const([2, 6, 16])
+    ln_items = [
+        (
+            "ln_axes_positive_rank2",
+            "Reshape [12, 16] -> LN over axes (1,) (positive) -> back",
+            _ln_axes_name("positive"),
+            lnf,
+            {},
+        ),
+        (
+            "ln_axes_overridable",
+            "Reshape [12, 16] -> LN, ReduceMean axes an overridable [1] (fed [0])",
+            _ln_axes_name("overridable"),
+            EITHER,
+            {"ov_axes": np.array([0], np.int64)},
+        ),
+        (
+            "ln_axis3_rank4",
+            "Reshape [2, 3, 2, 16] -> LN over axis 3 -> back",
+            _ln_rank4_axis3,
+            lnf,
+            {},
+        ),
+        (
+            "ln_gamma_rank4",
+            "Reshape [12, 16] -> LN, gamma [1, 1, 1, 16] -> back",
+            _ln_gamma_rank4,
+            EITHER,
+            {},
+        ),
+        (
+            "ln_back_zero_zero",
+            "Reshape [12, 16] -> LN -> Reshape [0, 0] (= [12, 16])",
+            _ln_between(_const([12, 16]), _const([0, 0]), (12, 16), out=(12, 16)),
+            FUSE_OR("layer-norm", "reshape-not-restored", "group-norm"),
+            {},
+        ),
+        (
+            "ln_back_zero_split",
+            "Reshape [12, 16] -> LN -> Reshape [0, 2, 8] (= [12, 2, 8])",
+            _ln_between(_const([12, 16]), _const([0, 2, 8]), (12, 16), out=(12, 2, 8)),
+            FUSE_OR("layer-norm", "reshape-not-restored", "group-norm"),
+            {},
+        ),
+        (
+            "ln_back_swapped_dims",
+            "x [b, s, 16], back Concat(Shape(x)[1:2], Shape(x)[:1], [16]) (fed [2, 3, 16])",
+            _ln_swapped_back,
+            EITHER,
+            {"x": np.linspace(-1, 2, 96, dtype=np.float32).reshape(2, 3, 16)},
+        ),
+        (
+            "ln_first_zero_regroups",
+            "Reshape [0, 0, 2, 8] -> LN over 8 -> back",
+            _ln_between(_const([0, 0, 2, 8]), back, (2, 6, 2, 8)),
+            EITHER,
+            {},
+        ),
+    ]
+    for name, words, build, expect, overrides in ln_items:
+        case(name, "1", words, build, expect, overrides=overrides)
+    case(
+        "s2d_gn21",
+        "2",
+        "GroupNormalization-21 (G = 2) of SpaceToDepth(x [2, 2, 4, 6])",
+        _gn21_after("s2d"),
+        FUSE("group-norm"),
+        reference=moved_gn21_reference,
+    )
+    case(
+        "d2s_gn21_crd",
+        "2",
+        "GroupNormalization-21 (G = 2) of DepthToSpace(x, CRD)",
+        _gn21_after("crd"),
+        FUSE("group-norm"),
+        reference=moved_gn21_reference,
+    )
+    case(
+        "d2s_gn21_dcr",
+        "2",
+        "GroupNormalization-21 (G = 2) of DepthToSpace(x, DCR)",
+        _gn21_after("dcr"),
+        FUSE("group-norm"),
+        reference=moved_gn21_reference,
+    )
+    case(
+        "s2d_ln_positive_axes",
+        "2",
+        "LN over axes (2, 3) of SpaceToDepth(x) [1, 8, 2, 3]",
+        _positive_s2d,
+        lnf,
+    )
+    gnt = [
+        (
+            "gather_index_vector",
+            "target Concat(Gather(Shape(x), [0]), [4, -1])",
+            _gnd(lambda g: _cat(g, g.op("Gather", [g.op("Shape", ["x"]), _i64(g, [0])]), [4, -1])),
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "gather_negative",
+            "target Concat(Gather(Shape(x), [-4]), [4, -1])",
+            _gnd(lambda g: _cat(g, g.op("Gather", [g.op("Shape", ["x"]), _i64(g, [-4])]), [4, -1])),
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "look_gather_w",
+            "target Concat(Gather(Shape(x), [3]), [4, -1]) = [4, 4, 16]",
+            _gnd(
+                lambda g: _cat(g, g.op("Gather", [g.op("Shape", ["x"]), _i64(g, [3])]), [4, -1]),
+                dims=(2, 8, 4, 4),
+            ),
+            EITHER,
+        ),
+        (
+            "three_inputs",
+            "target Concat(Shape(x)[:1], [4], [-1])",
+            _gnd(lambda g: _cat(g, g.op("Shape", ["x"], end=1), [4], [-1])),
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "int32_round_trip",
+            "target Cast(Concat(Cast(Shape(x)[:1], int32), [4, -1] int32), int64)",
+            _int32_target,
+            FUSE_OR("group-norm", "not-channel-groups", "unknown-shape"),
+        ),
+        (
+            "const_batch_symbolic",
+            "x [n, 8, 4, 4], constant target [2, 4, -1] (n = 2 only)",
+            _gnd(_const([2, 4, -1]), dims=("n", 8, 4, 4)),
+            EITHER,
+        ),
+        (
+            "look_two_rows_symbolic",
+            "x [n, 8, 4, 4], target [2, -1]: one group per sample at n = 2",
+            _gnd(_const([2, -1]), dims=("n", 8, 4, 4)),
+            EITHER,
+        ),
+        (
+            "split_axes_positive",
+            "Reshape [0, 4, 2, -1], statistics over axes (2, 3)",
+            _gnd(_const([0, 4, 2, -1]), axes=(2, 3)),
+            gn,
+        ),
+        (
+            "split_axes_reversed",
+            "Reshape [0, 4, 2, -1], statistics over axes (-1, -2)",
+            _gnd(_const([0, 4, 2, -1]), axes=(-1, -2)),
+            gn,
+        ),
+        (
+            "split_axes_overridable",
+            "Reshape [0, 4, 2, -1], statistics axes an overridable [2, 3] (fed [3])",
+            _split_axes_overridable,
+            EITHER,
+        ),
+        (
+            "back_zero_copies_g",
+            "Reshape back [0, 0, -1]: 0 copies G, output [2, 4, 32]",
+            _gn_back_zero_copies_g,
+            FUSE_OR("group-norm", "reshape-not-restored"),
+        ),
+        (
+            "data_other_than_shape",
+            "statistics of w reshaped by Concat(Shape(x)[:1], [4, -1]), x fed with batch 1",
+            _gn_data_other,
+            EITHER,
+        ),
+    ]
+    overrides = {
+        "data_other_than_shape": {"x": np.zeros((1, 8, 4, 4), np.float32)},
+        "split_axes_overridable": {"ov_axes": np.array([1, 3], np.int64)},
+    }
+    for name, words, build, expect in gnt:
+        groups = 4 if expect is gn else 0
+        case(
+            f"gnt_{name}",
+            "3",
+            words,
+            build,
+            expect,
+            groups=groups,
+            overrides=overrides.get(name, {}),
+        )
+    case(
+        "gn21_lying_value_info",
+        "4",
+        "GroupNormalization-21 of a Loop output [2, 8, 9] declared [2, 8, 3, 3] in value_info",
+        _gn21_lying_value_info,
+        EITHER,
+        offset=False,
+    )
+
+
+def _positive_s2d() -> onnx.ModelProto:
+    g = G(opset=18, seed=12)
+    s = g.op("SpaceToDepth", ["x"], blocksize=2)
+    g.op("Identity", [ln(g, s, axes=(2, 3), shape=(1, 8, 2, 3))], "y")
+    return model(g, [("x", F, (1, 2, 4, 6))], [("y", F, (1, 8, 2, 3))])
+
+
+def _int32_target() -> onnx.ModelProto:
+    def target(g):
+        lead = g.op("Cast", [g.op("Shape", ["x"], end=1)], to=onnx.TensorProto.INT32)
+        tail = g.init(np.array([4, -1], np.int32), None, np.int32)
+        return g.op("Cast", [g.op("Concat", [lead, tail], axis=0)], to=onnx.TensorProto.INT64)
+
+    return _gnd(target)()
+
+
+def _split_axes_overridable() -> onnx.ModelProto:
+    g = G(opset=18, seed=13)
+    r = g.op("Reshape", ["x", _i64(g, [0, 4, 2, -1])])
+    axes = g.init(np.array([2, 3], np.int64), "ov_axes", np.int64)
+    mean = g.op("ReduceMean", [r, axes], keepdims=1)
+    centred = g.op("Sub", [r, mean])
+    var = g.op("ReduceMean", [g.op("Mul", [centred, centred]), axes], keepdims=1)
+    n = g.op("Div", [centred, g.op("Sqrt", [g.op("Add", [var, g.init(1e-5)])])])
+    y = g.op("Reshape", [n, g.op("Shape", ["x"])])
+    g.op("Mul", [y, g.init(g.random((8, 1, 1)))], "y")
+    return model(g, [("x", F, (2, 8, 4, 4))], [("y", F, (2, 8, 4, 4))], overridable=["ov_axes"])
+
+
+_second_wave()
