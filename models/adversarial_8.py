@@ -41,6 +41,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # ADV8-02 (other: file grown): two GroupNormalization-21 nodes sharing one scale and bias
     # in a function body: each rewritten site gets its own Constant copies (428 -> 2981 bytes).
     "a8_fn_gn21_chain_two": ("ADV8-02", BOTH),
+    "a8_fn_gn21_two_domains": ("ADV8-02", BOTH),
     # ADV8-03 (wrong reason): a GroupNormalization-21 in a function whose num_groups / epsilon
     # is a reference to the function's attribute is `check-failed` (TypeError on AttributeRef),
     # not `attribute-reference`.
@@ -1773,3 +1774,129 @@ def _third_wave() -> None:
 
 
 _third_wave()
+
+
+# ======================================== fourth wave: dim_params shared by name, two domains
+
+
+def _gated_rms_shape_of(other: bool):
+    """h [b, l, 32] -> Reshape Concat(Shape(z or h)[0:2], [4, -1]) -> RMS statistics ->
+    Reshape Shape(h) -> Mul(w [32]); z [b, l, 32] shares h's dim_params (fed [1, 2, 32] while
+    h is [2, 2, 32]: ONNX Runtime does not hold inputs to their shared names)."""
+
+    def build():
+        g = G(opset=18, seed=18)
+        src = "z" if other else "x"
+        r = g.op("Reshape", ["x", _cat(g, g.op("Shape", [src], end=2), [4, -1])])
+        ms = g.op("ReduceMean", [g.op("Mul", [r, r]), _i64(g, [-1])], keepdims=1)
+        n = g.op("Div", [r, g.op("Sqrt", [g.op("Add", [ms, g.init(1e-6)])])])
+        y = g.op("Reshape", [n, g.op("Shape", ["x"])])
+        g.op("Mul", [y, g.init(g.random((32,)))], "y")
+        dims = ("b", "l", 32)
+        ins = [("x", F, dims)] + ([("z", F, dims)] if other else [])
+        return model(g, ins, [("y", F, dims)])
+
+    return build
+
+
+def _two_domains() -> onnx.ModelProto:
+    """Two model-local functions both named GNB, in domains `a` (GroupNormalization-21, 4
+    groups) and `b` (2 groups, another scale), called on x0 [2, 8, 3, 3] and x1 [1, 8, 2, 5]."""
+    g = G(opset=21, seed=19)
+    fns = []
+    for domain, groups in (("a", 4), ("b", 2)):
+        f = G(f"{domain}_", opset=21, seed=groups)
+        s = f.const_node(f.random((8,)))
+        b = f.const_node(f.random((8,), -0.5, 0.5))
+        f.nodes.append(
+            helper.make_node("GroupNormalization", ["X", s, b], ["Y"], num_groups=groups)
+        )
+        fns.append(
+            helper.make_function(
+                domain, "GNB", ["X"], ["Y"], f.nodes, [helper.make_opsetid("", 21)]
+            )
+        )
+    g.nodes.append(helper.make_node("GNB", ["x0"], ["y0"], domain="a"))
+    g.nodes.append(helper.make_node("GNB", ["x1"], ["y1"], domain="b"))
+    ins = [("x0", F, (2, 8, 3, 3)), ("x1", F, (1, 8, 2, 5))]
+    outs = [("y0", F, (2, 8, 3, 3)), ("y1", F, (1, 8, 2, 5))]
+    return model(g, ins, outs, functions=fns, opsets={"a": 1, "b": 1})
+
+
+def two_domains_reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    """`_two_domains` in float64 NumPy: y0 = a.GNB(x0), y1 = b.GNB(x1), each by
+    GroupNormalization-21's definition with its own body's groups and Constant affine."""
+    outs = []
+    for fn, i in zip(m.functions, range(2), strict=True):
+        node = next(n for n in fn.node if n.op_type == "GroupNormalization")
+        groups = helper.get_attribute_value(node.attribute[0])
+        scale, bias = (
+            numpy_helper.to_array(n.attribute[0].t).astype(np.float64).reshape(1, -1, 1, 1)
+            for n in fn.node
+            if n.op_type == "Constant"
+        )
+        x = np.asarray(feeds[f"x{i}"], np.float64)
+        grouped = x.reshape(x.shape[0], groups, -1)
+        centred = grouped - grouped.mean(-1, keepdims=True)
+        var = (centred**2).mean(-1, keepdims=True)
+        outs.append((centred / np.sqrt(var + 1e-5)).reshape(x.shape) * scale + bias)
+    return outs
+
+
+def _fourth_wave() -> None:
+    same = {"z": np.zeros((1, 8, 4, 4), np.float32)}
+    case(
+        "gnt_shape_of_same_named",
+        "3",
+        "x, z [n, 8, 4, 4] (one dim_param); target Concat(Shape(z)[:1], [4, -1]); z fed batch 1",
+        _gnd(
+            lambda g: _cat(g, g.op("Shape", ["z"], end=1), [4, -1]),
+            dims=("n", 8, 4, 4),
+            inputs=[("z", F, ("n", 8, 4, 4))],
+        ),
+        EITHER,
+        overrides=same,
+    )
+    case(
+        "gnt_split_shape_of_same_named",
+        "3",
+        "x, z [n, 8, 4, 4]; target Concat(Shape(z)[:1], [4, 2, -1]), statistics last two;"
+        " z fed batch 1",
+        _gnd(
+            lambda g: _cat(g, g.op("Shape", ["z"], end=1), [4, 2, -1]),
+            dims=("n", 8, 4, 4),
+            axes=(-2, -1),
+            inputs=[("z", F, ("n", 8, 4, 4))],
+        ),
+        EITHER,
+        overrides=same,
+    )
+    case(
+        "gnt_gated_rms_symbolic",
+        "3",
+        "h [b, l, 32]: Reshape Concat(Shape(h)[0:2], [4, -1]) -> RMS -> back -> w",
+        _gated_rms_shape_of(False),
+        FUSE("rms-norm"),
+    )
+    case(
+        "gnt_gated_rms_shape_of_same_named",
+        "3",
+        "h, z [b, l, 32]: Reshape Concat(Shape(z)[0:2], [4, -1]) -> RMS; z fed [1, 2, 32]",
+        _gated_rms_shape_of(True),
+        EITHER,
+        overrides={
+            "x": np.linspace(-2, 2, 128, dtype=np.float32).reshape(2, 2, 32),
+            "z": np.zeros((1, 2, 32), np.float32),
+        },
+    )
+    case(
+        "fn_gn21_two_domains",
+        "6",
+        "functions a.GNB (4 groups) and b.GNB (2 groups) on [2, 8, 3, 3] and [1, 8, 2, 5]",
+        _two_domains,
+        EITHER,
+        reference=two_domains_reference,
+    )
+
+
+_fourth_wave()
