@@ -951,6 +951,15 @@ def _val(kind: str):
             keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
             v = g.op("Loop", [_i64(g, 1), keep, "x"], body=loop)
             g.op("Reshape", [n, g.op("Shape", [v])], "y")
+        elif kind.startswith("back_shape_of_cast_"):
+            to = {
+                "bool": onnx.TensorProto.BOOL,
+                "int8": onnx.TensorProto.INT8,
+                "float16": onnx.TensorProto.FLOAT16,
+                "string": onnx.TensorProto.STRING,
+            }[kind.rsplit("_", 1)[1]]
+            t = g.op("Cast", ["x"], to=to)
+            g.op("Reshape", [n, g.op("Shape", [t])], "y")
         elif kind == "shape_of_intermediate":
             g.op("Reshape", [n, g.op("Shape", ["x"])], "y")
             sub = next(node.output[0] for node in g.nodes if node.op_type == "Sub")
@@ -990,6 +999,10 @@ def _feature5() -> None:
         ("back_shape_and_value", "Reshape back Shape(z); z also read by value (z + 1 out)", lnf),
         ("back_shape_window", "Reshape back Concat(Shape(z, end=2), [16]), z [b, s, 99]", lnf),
         ("back_shape_of_loop_output", "Reshape back Shape(Loop(x) carried, untyped)", EITHER),
+        ("back_shape_of_cast_bool", "Reshape back Shape(Cast(x, bool))", lnf),
+        ("back_shape_of_cast_int8", "Reshape back Shape(Cast(x, int8))", lnf),
+        ("back_shape_of_cast_float16", "Reshape back Shape(Cast(x, float16))", lnf),
+        ("back_shape_of_cast_string", "Reshape back Shape(Cast(x, string))", lnf),
         (
             "shape_of_intermediate",
             "Shape(x - mean) is a graph output",
@@ -1900,3 +1913,121 @@ def _fourth_wave() -> None:
 
 
 _fourth_wave()
+
+
+# ======================================== fifth wave: bodies whose input shapes change
+
+
+def _loop_growing(kind: str):
+    """A Loop of 2 trips carrying v (initially x [2, 8, 3, 3], body input untyped): each trip
+    normalises v (`gn21` GroupNormalization-21, `gnd` hand-written group norm Reshape [0, 4, -1]
+    -> statistics -> Reshape Shape(v), `ln` Reshape [-1, 3] -> LN -> back) and doubles its last
+    axis (Concat(n, n, axis=-1)): the second trip sees [2, 8, 3, 6]."""
+
+    def build():
+        g = G(opset=21, seed=20)
+        b = G("l_", opset=21, seed=21)
+        b.op("Identity", ["l_c"], "l_c_out")
+        if kind == "gn21":
+            s = b.init(b.random((8,)))
+            bias = b.init(b.random((8,), -0.5, 0.5))
+            n = b.fresh("gn")
+            b.nodes.append(
+                helper.make_node("GroupNormalization", ["l_v", s, bias], [n], num_groups=4)
+            )
+        elif kind == "gnd":
+            r = b.op("Reshape", ["l_v", _i64(b, [0, 4, -1])])
+            n = b.op("Reshape", [_stats(b, r), b.op("Shape", ["l_v"])])
+        else:
+            r = b.op("Reshape", ["l_v", _i64(b, [-1, 3])])
+            n = b.op("Reshape", [_stats(b, r), b.op("Shape", ["l_v"])])
+        b.op("Concat", [n, n], "l_v_out", axis=-1)
+        loop = body(
+            b,
+            [
+                ("l_i", onnx.TensorProto.INT64, ()),
+                ("l_c", onnx.TensorProto.BOOL, ()),
+                ("l_v", F, None),
+            ],
+            [("l_c_out", onnx.TensorProto.BOOL, ()), ("l_v_out", F, None)],
+        )
+        keep = g.init(np.array(True), g.fresh("keep"), np.bool_)
+        g.op("Loop", [_i64(g, 2), keep, "x"], "y", body=loop)
+        return model(g, [("x", F, (2, 8, 3, 3))], [("y", F, (2, 8, 3, 12))])
+
+    return build
+
+
+def _scan(kind: str):
+    """Scan over x [3, 2, 8, 3, 3] (axis 0, or axis 1 of x [2, 3, 8, 3, 3]) whose body applies
+    GroupNormalization-21 (4 groups) to each [2, 8, 3, 3] slice (the body input untyped)."""
+
+    def build():
+        g = G(opset=21, seed=22)
+        b = G("s_", opset=21, seed=23)
+        s = b.init(b.random((8,)))
+        bias = b.init(b.random((8,), -0.5, 0.5))
+        b.nodes.append(
+            helper.make_node("GroupNormalization", ["s_x", s, bias], ["s_y"], num_groups=4)
+        )
+        b.op("Identity", ["s_acc"], "s_acc_out")
+        scan_body = body(
+            b, [("s_acc", F, (1,)), ("s_x", F, None)], [("s_acc_out", F, (1,)), ("s_y", F, None)]
+        )
+        acc = g.init(np.zeros(1, np.float32), g.fresh("acc"))
+        axes = {"axis1": {"scan_input_axes": [1], "scan_output_axes": [1]}}.get(kind, {})
+        g.nodes.append(
+            helper.make_node(
+                "Scan", [acc, "x"], ["acc_out", "y"], body=scan_body, num_scan_inputs=1, **axes
+            )
+        )
+        dims = (2, 3, 8, 3, 3) if kind == "axis1" else (3, 2, 8, 3, 3)
+        return model(g, [("x", F, dims)], [("y", F, dims)])
+
+    return build
+
+
+def loop_reference(kind: str):
+    """`_loop_growing` in float64 NumPy (GroupNormalization-21 with the body's affine, or the
+    plain statistics)."""
+
+    def reference(m: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+        loop = next(n for n in m.graph.node if n.op_type == "Loop")
+        b = loop.attribute[0].g
+        inits = [numpy_helper.to_array(t).astype(np.float64) for t in b.initializer]
+        v = np.asarray(feeds["x"], np.float64)
+        for _ in range(2):
+            rows = v.reshape(-1, 3) if kind == "ln" else v.reshape(v.shape[0], 4, -1)
+            centred = rows - rows.mean(-1, keepdims=True)
+            n = (centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)).reshape(v.shape)
+            if kind == "gn21":
+                n = n * inits[0].reshape(1, -1, 1, 1) + inits[1].reshape(1, -1, 1, 1)
+            v = np.concatenate([n, n], axis=-1)
+        return [v]
+
+    return reference
+
+
+def _fifth_wave() -> None:
+    for kind in ("gn21", "gnd", "ln"):
+        case(
+            f"loop_growing_{kind}",
+            "6" if kind == "gn21" else "3",
+            f"{kind} in a Loop body whose carried input doubles its last axis each trip",
+            _loop_growing(kind),
+            EITHER,
+            offset=kind != "gn21",
+            reference=loop_reference(kind),
+        )
+    for kind in ("axis0", "axis1"):
+        case(
+            f"scan_gn21_{kind}",
+            "6",
+            f"GroupNormalization-21 in a Scan body ({kind})",
+            _scan(kind),
+            EITHER,
+            offset=False,
+        )
+
+
+_fifth_wave()
