@@ -2031,3 +2031,40 @@ def _fifth_wave() -> None:
 
 
 _fifth_wave()
+
+
+def _sixth_wave() -> None:
+    for size, dims in ((4, (2, 8, 2, 1)), (6, (2, 8, 3, 1)), (12, (2, 8, 3, 2))):
+        case(
+            f"gnt_short_groups_{size}",
+            "3",
+            f"hand-written group norm, target Concat(Shape(x)[:1], [4, -1]), groups of {size}",
+            _gnd(_lead(end=1), dims=dims),
+            FUSE("group-norm"),
+            groups=4,
+        )
+    for name, kw in (("float64_stash_float32", {}), ("float64_stash_double", {"stash": 11})):
+        case(
+            f"gn21_{name}",
+            "4",
+            f"GroupNormalization-21 of float64 x, {kw or 'default stash'}",
+            _gn21_double(**kw),
+            FUSE_OR("group-norm", "unsupported-dtype", "cast-types"),
+            groups=0,
+            offset=False,
+        )
+
+
+def _gn21_double(stash=None):
+    def build():
+        g = G(opset=21, seed=24, dtype=np.float64)
+        attrs = {"num_groups": 4} | ({} if stash is None else {"stash_type": stash})
+        scale, bias = g.init(g.random((8,))), g.init(g.random((8,), -0.5, 0.5))
+        g.nodes.append(helper.make_node("GroupNormalization", ["x", scale, bias], ["y"], **attrs))
+        f64 = onnx.TensorProto.DOUBLE
+        return model(g, [("x", f64, (2, 8, 3, 3))], [("y", f64, (2, 8, 3, 3))])
+
+    return build
+
+
+_sixth_wave()
