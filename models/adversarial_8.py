@@ -2068,3 +2068,100 @@ def _gn21_double(stash=None):
 
 
 _sixth_wave()
+
+
+# ======================================== seventh wave: overridable targets, attribute scale
+
+
+def _ln_overridable(which: str):
+    """x [2, 6, 16] -> Reshape(first) -> LN without affine (a ones scale if fused) ->
+    Reshape(back); `which` target (first, default [12, 16]) or back (default [2, 6, 16]) is an
+    overridable initializer."""
+
+    def build():
+        g = G(opset=18, seed=25)
+        first = g.init(np.array([12, 16], np.int64), "ov_first", np.int64)
+        back = g.init(np.array([2, 6, 16], np.int64), "ov_back", np.int64)
+        n = ln(g, g.op("Reshape", ["x", first]), gamma=None, beta=None, shape=(12, 16))
+        g.op("Reshape", [n, back], "y")
+        name = "ov_first" if which == "first" else "ov_back"
+        out = (2, 6, 16) if which == "first" else ("a", "b", "c")
+        return model(g, [("x", F, (2, 6, 16))], [("y", F, out)], overridable=[name])
+
+    return build
+
+
+def _gn_overridable_back() -> onnx.ModelProto:
+    """Group statistics of Reshape(x, [0, 4, -1]) reshaped back by an overridable [0, 8, 4, 4]
+    (fed [0, 8, 2, 8]); no affine."""
+    g = G(opset=18, seed=26)
+    r = g.op("Reshape", ["x", _i64(g, [0, 4, -1])])
+    back = g.init(np.array([0, 8, 4, 4], np.int64), "ov_back", np.int64)
+    g.op("Reshape", [_stats(g, r), back], "y")
+    return model(
+        g, [("x", F, (2, 8, 4, 4))], [("y", F, ("a", "b", "c", "d"))], overridable=["ov_back"]
+    )
+
+
+def _fn_attr_scale() -> onnx.ModelProto:
+    """A function GroupNormalization-21 whose scale is Constant(value_floats = the call's
+    attribute), called twice with two scales."""
+    g = G(opset=21, seed=27)
+    f = G("f_", opset=21, seed=28)
+    s = f.fresh("s")
+    node = helper.make_node("Constant", [], [s])
+    node.attribute.append(_ref_attr("value_floats", "p", onnx.AttributeProto.FLOATS))
+    f.nodes.append(node)
+    b = f.const_node(f.random((8,), -0.5, 0.5))
+    f.nodes.append(helper.make_node("GroupNormalization", ["X", s, b], ["Y"], num_groups=4))
+    fn = helper.make_function(
+        "local", "Norm", ["X"], ["Y"], f.nodes, [helper.make_opsetid("", 21)], attributes=["p"]
+    )
+    for i, value in enumerate(([1.0] * 8, list(np.linspace(-2, 2, 8)))):
+        g.nodes.append(helper.make_node("Norm", [f"x{i}"], [f"y{i}"], domain="local", p=value))
+    dims = (2, 8, 3, 3)
+    return model(
+        g,
+        [(f"x{i}", F, dims) for i in range(2)],
+        [(f"y{i}", F, dims) for i in range(2)],
+        functions=[fn],
+        opsets={"local": 1},
+    )
+
+
+def _seventh_wave() -> None:
+    case(
+        "ln_overridable_first_target",
+        "1",
+        "Reshape(x, overridable [12, 16]) -> LN (no affine) -> back; fed [24, 8]",
+        _ln_overridable("first"),
+        EITHER,
+        overrides={"ov_first": np.array([24, 8], np.int64)},
+    )
+    case(
+        "ln_overridable_back_target",
+        "1",
+        "Reshape [12, 16] -> LN (no affine) -> Reshape(overridable [2, 6, 16]); fed [12, 1, 16]",
+        _ln_overridable("back"),
+        EITHER,
+        overrides={"ov_back": np.array([12, 1, 16], np.int64)},
+    )
+    case(
+        "gnt_overridable_back",
+        "3",
+        "group statistics, Reshape back an overridable [0, 8, 4, 4] fed [0, 8, 2, 8]",
+        _gn_overridable_back,
+        EITHER,
+        overrides={"ov_back": np.array([0, 8, 2, 8], np.int64)},
+    )
+    case(
+        "fn_attr_gn21_scale",
+        "6",
+        "function GroupNormalization-21, scale Constant(value_floats = the call's attribute),"
+        " two calls with two scales",
+        _fn_attr_scale,
+        FUSE_OR("group-norm", "attribute-reference", "gamma-shape"),
+    )
+
+
+_seventh_wave()
