@@ -108,7 +108,7 @@ def _needs_inputs(case: Case, m: onnx.ModelProto) -> bool:
 
 def _options(case: Case, config: str, m: onnx.ModelProto, feeds: dict, folder) -> dict:
     """The optimize() arguments of `config`; validation gets the case's own inputs (as --inputs
-    would) where generated ones cannot run the original."""
+    would, written in `folder`) where generated ones cannot run the original."""
     options = dict(CONFIGS[config])
     if options.get("validation") == "auto":
         npz = None
@@ -117,6 +117,11 @@ def _options(case: Case, config: str, m: onnx.ModelProto, feeds: dict, folder) -
             np.savez(npz, **feeds)
         options["validation"] = normfuse.ValidationOptions(dims=_symbolic_dims(m), npz=npz)
     return options
+
+
+def _needs_folder(case: Case, config: str, m: onnx.ModelProto) -> bool:
+    """True where `_options` writes the case's inputs to a file."""
+    return CONFIGS[config].get("validation") == "auto" and _needs_inputs(case, m)
 
 
 def _opset(m: onnx.ModelProto) -> int:
@@ -138,12 +143,18 @@ def optimize_case(case: Case, config: str):
     """`normfuse.optimize` of the case's model under `config`: the result, or the
     NormfuseError it raised (any other exception propagates)."""
     m, feed_sets, _ = _original(case.name)
+    if not _needs_folder(case, config, m):
+        return _optimize(m, _options(case, config, m, feed_sets[0][1], None))
     with tempfile.TemporaryDirectory() as folder:
-        options = _options(case, config, m, feed_sets[0][1], Path(folder))
-        try:
-            return normfuse.optimize(m, **options)
-        except normfuse.NormfuseError as error:
-            return error
+        return _optimize(m, _options(case, config, m, feed_sets[0][1], Path(folder)))
+
+
+def _optimize(m: onnx.ModelProto, options: dict):
+    """`normfuse.optimize(m, **options)`, or the NormfuseError it raised."""
+    try:
+        return normfuse.optimize(m, **options)
+    except normfuse.NormfuseError as error:
+        return error
 
 
 def check_case(case: Case, config: str) -> list[str]:
