@@ -20,8 +20,9 @@ from onnx import helper
 
 from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, model, vi
 
-# case name -> (finding id, the configurations it fails in); tests/test_adversarial.py marks each
-# (case, configuration) pair xfail(strict=True). "near-miss" is test_lookalike_reports_a_near_miss.
+# case name -> (finding id, the configurations it fails in); tests/test_adversarial.py requires
+# each (case, configuration) pair to fail, as a strict xfail would, and then reports the case's
+# test xfailed. "near-miss" is test_lookalike_reports_a_near_miss (marked xfail(strict=True)).
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Empty: ADV2-01..05 were fixed on main in af8bc56 and ADV2-06/07 in 97068ad; their cases
     # pass and guard the fixes (docs/adversary2-findings.md). A new finding is listed here as

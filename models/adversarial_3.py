@@ -25,8 +25,9 @@ from onnx import TensorProto, helper
 from models.adversarial_2 import norm
 from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, model
 
-# case name -> (finding id, the configurations it fails in); tests/test_adversarial.py marks each
-# (case, configuration) pair xfail(strict=True). "near-miss" is test_lookalike_reports_a_near_miss.
+# case name -> (finding id, the configurations it fails in); tests/test_adversarial.py requires
+# each (case, configuration) pair to fail, as a strict xfail would, and then reports the case's
+# test xfailed. "near-miss" is test_lookalike_reports_a_near_miss (marked xfail(strict=True)).
 # What still fails after merging main's fixes for issue 21 (22:55 UTC; before the merge 200
 # cases failed somewhere: docs/adversary3-findings.md).
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -1,12 +1,14 @@
-"""Test setup: the repository root on sys.path so tests can import the builders in `models/`, and
+"""Test setup: the repository root on sys.path so tests can import the builders in `models/`,
 hypothesis made deterministic (derandomized, no example database) so CI cannot fail at random,
-and what each test module leaves alive frozen out of the garbage collector's reach."""
+what each test module leaves alive frozen out of the garbage collector's reach, and every ONNX
+Runtime session of the test process on one intra-op thread unless its options say otherwise."""
 
 import gc
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import onnxruntime as ort
 import pytest
 from hypothesis import settings
 
@@ -16,6 +18,21 @@ if str(ROOT) not in sys.path:
 
 settings.register_profile("normfuse", derandomize=True, database=None)
 settings.load_profile("normfuse")
+
+
+class _OneThreadSessionOptions(ort.SessionOptions):
+    """`ort.SessionOptions` whose intra-op thread count starts at 1, not ORT's one per core: the
+    run's pytest-xdist workers already use every core, and the tests' models are small, so a
+    pool per session only spawned, spun and joined threads (measured: a quarter of the CPU of
+    the adversarial corpus's checks). Options that set a count (bench's --threads) keep it.
+    Graph optimisation levels, providers and every check are unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intra_op_num_threads = 1
+
+
+ort.SessionOptions = _OneThreadSessionOptions
 
 
 @pytest.fixture(autouse=True, scope="module")

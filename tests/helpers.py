@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -195,3 +197,39 @@ def script_bench_clock(
         return real(**kwargs, clock=ScriptedClock(durations, jitter))
 
     monkeypatch.setattr(bench, "BenchOptions", options)
+
+
+# Warning categories a fresh `python -m normfuse` does not print (Python's default filters).
+UNPRINTED_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+@dataclass
+class CliRun:
+    """What one command line did: its exit status and what it wrote to stdout and stderr."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(capfd: pytest.CaptureFixture, *args: str) -> CliRun:
+    """`normfuse ARGS` in this process, as `python -m normfuse` runs it (`SystemExit(main())`): the
+    exit status (argparse's SystemExit included), and stdout and stderr captured at the file
+    descriptors (ONNX Runtime's native log too), with every warning raised that a fresh
+    interpreter would print appended to stderr. An uncaught exception propagates (a traceback
+    fails the test)."""
+    from normfuse.cli import main
+
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            code = main(list(args))
+        except SystemExit as stop:
+            code = stop.code
+    out, err = capfd.readouterr()
+    shown = [w for w in caught if not issubclass(w.category, UNPRINTED_WARNINGS)]
+    err += "".join(
+        warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown
+    )
+    return CliRun(0 if code is None else code, out, err)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from helpers import op_counts
+from helpers import CliRun, op_counts, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,16 +133,25 @@ def bad_inputs(tmp_path: Path) -> dict[str, Path]:
 @pytest.mark.parametrize(
     "case", ["empty", "random_bytes", "truncated", "not_a_model", "missing", "directory"]
 )
-def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path, capfd) -> None:
     source = bad_inputs(tmp_path)[case]
     out = tmp_path / "out" / "fused.onnx"
     out.parent.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "normfuse", "optimize", str(source), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_cli(capfd, "optimize", str(source), "-o", str(out))
+    assert_bad_input_refused(done, out)
+
+
+def test_bad_input_through_python_dash_m_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The same in a fresh interpreter: the real exit status and stderr stream."""
+    source = bad_inputs(tmp_path)["truncated"]
+    out = tmp_path / "out" / "fused.onnx"
+    out.parent.mkdir()
+    done = _run_subprocess("optimize", str(source), "-o", str(out))
+    assert_bad_input_refused(done, out)
+
+
+def assert_bad_input_refused(done: CliRun | subprocess.CompletedProcess, out: Path) -> None:
+    """Exit 2, one line on stderr and no traceback, nothing written."""
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -209,15 +218,12 @@ def malformed_models() -> dict[str, onnx.ModelProto]:
         ("opset_too_new", "upgrade onnx"),
     ],
 )
-def test_malformed_graph_is_one_line_and_exit_2(case: str, message: str, tmp_path: Path) -> None:
+def test_malformed_graph_is_one_line_and_exit_2(
+    case: str, message: str, tmp_path: Path, capfd
+) -> None:
     path = tmp_path / "bad.onnx"
     path.write_bytes(malformed_models()[case].SerializeToString())
-    done = subprocess.run(
-        [sys.executable, "-m", "normfuse", "optimize", str(path), "-o", str(tmp_path / "o.onnx")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_cli(capfd, "optimize", str(path), "-o", str(tmp_path / "o.onnx"))
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o.onnx").exists()
@@ -578,13 +584,14 @@ def test_tune_heads_its_first_column_configuration(tmp_path: Path, capsys) -> No
     assert lines[lines.index(header) + 1].split()[0] == "all"  # ORT's default, the reference
 
 
-def _run_cli(*args: str) -> subprocess.CompletedProcess:
+def _run_subprocess(*args: str) -> subprocess.CompletedProcess:
+    """`python -m normfuse ARGS` in a fresh interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "normfuse", *args], capture_output=True, text=True, check=False
     )
 
 
-def _assert_one_line_error(done: subprocess.CompletedProcess, words: str) -> None:
+def _assert_one_line_error(done: CliRun | subprocess.CompletedProcess, words: str) -> None:
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith("normfuse: error:")
@@ -592,19 +599,40 @@ def _assert_one_line_error(done: subprocess.CompletedProcess, words: str) -> Non
 
 
 @pytest.mark.parametrize("command", ["optimize", "inspect"])
-def test_a_path_holding_a_newline_is_escaped_on_one_line(command: str, tmp_path: Path) -> None:
+def test_a_path_holding_a_newline_is_escaped_on_one_line(
+    command: str, tmp_path: Path, capfd
+) -> None:
     missing = tmp_path / "two\nlines.onnx"
     extra = ["-o", str(tmp_path / "o.onnx")] if command == "optimize" else []
-    done = _run_cli(command, str(missing), *extra)
+    done = run_cli(capfd, command, str(missing), *extra)
     _assert_one_line_error(done, "two\\nlines.onnx")
 
 
 @pytest.mark.parametrize("key", ["bogus", "basepath"])
 def test_external_data_key_onnx_runtime_refuses_is_one_line_without_warnings(
-    key: str, tmp_path: Path
+    key: str, tmp_path: Path, capfd
 ) -> None:
     """ONNX Runtime refuses an entry with a key other than location/offset/length/checksum
     ("model format error"); onnx ignores it with a UserWarning. Both become one line."""
+    path = _with_external_data_key(tmp_path, key)
+    for args in (["optimize", str(path), "-o", str(tmp_path / "o.onnx")], ["inspect", str(path)]):
+        done = run_cli(capfd, *args)
+        _assert_one_line_error(done, f"external data key {key!r}")
+        assert "Warning" not in done.stderr
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_external_data_key_through_python_dash_m_prints_no_warning(tmp_path: Path) -> None:
+    """The same in a fresh interpreter, whose default warning filters print onnx's UserWarning."""
+    path = _with_external_data_key(tmp_path, "bogus")
+    done = _run_subprocess("optimize", str(path), "-o", str(tmp_path / "o.onnx"))
+    _assert_one_line_error(done, "external data key 'bogus'")
+    assert "Warning" not in done.stderr
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def _with_external_data_key(tmp_path: Path, key: str) -> Path:
+    """A model saved with external data whose every entry also has `key` (value "1")."""
     path = tmp_path / "m.onnx"
     onnx.save(
         norm_model(LayerNormSpec()),
@@ -618,8 +646,4 @@ def test_external_data_key_onnx_runtime_refuses_is_one_line_without_warnings(
         entry = tensor.external_data.add()
         entry.key, entry.value = key, "1"
     path.write_bytes(model.SerializeToString())
-    for args in (["optimize", str(path), "-o", str(tmp_path / "o.onnx")], ["inspect", str(path)]):
-        done = _run_cli(*args)
-        _assert_one_line_error(done, f"external data key {key!r}")
-        assert "Warning" not in done.stderr
-    assert not (tmp_path / "o.onnx").exists()
+    return path
