@@ -207,6 +207,8 @@ def _group_normalization_site(match: Match, context: Context) -> Site | None:
     found = schema("GroupNormalization", context.facts.opset)
     if found is None or found.since_version not in (18, 21):
         return None
+    # num_groups or epsilon taken from a function's caller is read per call: before any read.
+    checks.check_attribute_values(node)
     x = match["x"]
     elem_type = context.facts.elem_type(x)
     if elem_type not in _GROUP_NORMALIZATION_TYPES:
