@@ -414,6 +414,23 @@ def test_recent_exports_match_on_adversarial_inputs(entry: dict) -> None:
     assert_same_numerics(original, result.model, entry["dims"], seed=9)
 
 
+@pytest.mark.parametrize("name", ["dit_opset16.onnx", "sd3_opset16_torchscript_float16.onnx"])
+def test_sites_of_one_graph_share_the_constants_they_need(name: str) -> None:
+    """adaLN's norms have no affine, so each fused node needs a unit scale: the sites of one
+    graph read one initializer per value (no two created initializers hold the same bytes), and
+    the fused model is no larger than the original."""
+    original = onnx.load(MODELS_DIR / "real" / name)
+    result = normfuse.optimize(MODELS_DIR / "real" / name)
+    assert len(result.report.sites) >= 3
+    kept = {tensor.name for tensor in original.graph.initializer}
+    created = [t for t in result.model.graph.initializer if t.name not in kept]
+    values = Counter((t.data_type, tuple(t.dims), t.raw_data) for t in created)
+    assert values and max(values.values()) == 1, [t.name for t in created]
+    units = [t for t in created if np.all(numpy_helper.to_array(t) == 1) and len(t.dims) == 1]
+    assert units and len(units) == len({(t.data_type, tuple(t.dims)) for t in units})
+    assert result.model.ByteSize() <= original.ByteSize()
+
+
 def test_recent_fixtures_stay_within_their_budget() -> None:
     """Each committed export of these models at most 300 KB, all of them at most 2.5 MB."""
     sizes = [(MODELS_DIR / entry["file"]).stat().st_size for entry in _recent_entries()]

@@ -503,6 +503,9 @@ class _Emitter:
         self.graph = graph
         self.names = names
         self.reader = reader  # reads a site's own initializers, external data included
+        # The constants this emitter made, by element type, shape and bytes: sites of one graph
+        # needing the same new value (a unit scale, a reshaped affine) share one initializer.
+        self._made: dict[tuple[str, tuple[int, ...], bytes], gs.Constant] = {}
 
     def node_name(self, stem: str) -> str:
         """A node name not yet used in any scope, reserved."""
@@ -515,6 +518,14 @@ class _Emitter:
         name = _unique(stem, self.names.tensors)
         self.names.tensors.add(name)
         return gs.Variable(name) if value is None else gs.Constant(name, value)
+
+    def constant(self, stem: str, value: np.ndarray) -> gs.Constant:
+        """A constant holding exactly `value`: one this emitter already made, else a new one."""
+        value = np.ascontiguousarray(value)
+        key = (value.dtype.str, tuple(value.shape), value.tobytes())
+        if key not in self._made:
+            self._made[key] = self.tensor(stem, value)
+        return self._made[key]
 
     def feeding(
         self, output: gs.Tensor, op: str, attrs: dict, stem: str, operands: tuple = ()
@@ -563,16 +574,17 @@ RESHAPE_RATHER_THAN_COPY = 1024
 def _constant(value: np.ndarray, stem: str, own: list[gs.Constant], emitter: _Emitter) -> gs.Tensor:
     """The initializer of `own` holding exactly `value`; else, for a large `value`, one holding
     its elements in another shape (a [1, H] scale), read through a Reshape, so a weight is never
-    copied into the graph or a body; else a new constant."""
+    copied into the graph or a body; else a constant the emitter made for another site or a new
+    one."""
     same = next((c for c in own if _holds_exactly(c, value, emitter.reader)), None)
     if same is not None:
         return same
     if value.nbytes >= RESHAPE_RATHER_THAN_COPY:
         other = next((c for c in own if _holds_exactly(c, value, emitter.reader, True)), None)
         if other is not None:
-            target = emitter.tensor(f"{stem}/shape", np.array(value.shape, np.int64))
+            target = emitter.constant(f"{stem}/shape", np.array(value.shape, np.int64))
             return emitter.fed_by(other, "Reshape", {}, stem, (target,))
-    return emitter.tensor(stem, np.ascontiguousarray(value))
+    return emitter.constant(stem, value)
 
 
 def _site_initializers(nodes: list[gs.Node]) -> list[gs.Constant]:
