@@ -490,6 +490,21 @@ def test_dims_for_a_model_without_symbolic_dims_is_a_note(tmp_path: Path, capsys
     assert "--dims batch=1 ignored" in capsys.readouterr().out
 
 
+def test_every_missing_dim_is_named_in_one_error(tmp_path: Path, capsys) -> None:
+    """A KV-cache decoder has several symbolic dims: one run names all that --dims must give
+    (batch-like ones default to 1), not one per run."""
+    model = BERT.parent / "kv" / "llama_optimum_merged_opset17.onnx"
+    args = ["optimize", str(model), "-o", str(tmp_path / "o.onnx"), "--validate"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "'sequence_length', 'past_sequence_length' are not known" in err, err
+    assert "--dims sequence_length=N,past_sequence_length=N" in err
+    assert not (tmp_path / "o.onnx").exists()
+    assert main([*args, "--dims", "sequence_length=1"]) == 2
+    err = capsys.readouterr().err
+    assert "dimension 'past_sequence_length' is not known" in err, err
+
+
 def test_dims_typo_stays_an_error_where_the_model_has_symbolic_dims(tmp_path: Path, capsys) -> None:
     args = ["optimize", str(BERT), "-o", str(tmp_path / "o.onnx"), "--validate"]
     assert main([*args, "--dims", "sequence=8,btach=1"]) == 2

@@ -98,6 +98,7 @@ def make_inputs(
         ]
         dtypes.update({info.name: _input_dtype(info) for info in defaults})
         overrides = _load_npz(npz, [*signature, *defaults], dtypes)
+    _require_named_dims([info for info in signature if info.name not in overrides], dims or {})
     shapes = {
         info.name: _concrete_shape(info, dims or {}, notes)
         for info in signature
@@ -146,8 +147,25 @@ def input_shapes(
     """The concrete shape of every graph input for `dims` (as `make_inputs` feeds them), and notes
     on the defaults taken."""
     notes = check_dims(model, dims or {})
+    _require_named_dims(graph_inputs(model), dims or {})
     shapes = {info.name: _concrete_shape(info, dims or {}, notes) for info in graph_inputs(model)}
     return shapes, notes
+
+
+def _require_named_dims(infos: list[onnx.ValueInfoProto], dims: dict[str, int]) -> None:
+    """Refuse, in one message, every named symbolic dim of `infos` that `dims` does not give and
+    that is not batch-like (which defaults to 1), so that one run says all that is missing."""
+    missing: list[str] = []
+    for info in infos:
+        for dim in info.type.tensor_type.shape.dim:
+            name = dim.dim_param
+            if name and name not in dims and not _BATCH_LIKE.search(name) and name not in missing:
+                missing.append(name)
+    if len(missing) > 1:
+        raise NormfuseError(
+            f"dimensions {', '.join(repr(name) for name in missing)} are not known; set them "
+            f"with --dims {','.join(f'{name}=N' for name in missing)}"
+        )
 
 
 def check_dims(model: onnx.ModelProto, dims: dict[str, int]) -> list[str]:
