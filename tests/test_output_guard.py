@@ -9,6 +9,7 @@ None), so that the planted site reaches the output and only the guard's run can 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import Counter
 
 import normfuse.passes
@@ -271,6 +272,50 @@ def test_guard_rolls_back_a_site_whose_output_shape_differs(monkeypatch):
     result = normfuse.optimize(model)
     assert reasons(result.report) == ["output-shape-changed"]
     assert_kept_all_but(result, model, outputs, target)
+
+
+def test_an_early_run_of_the_original_gives_the_same_verdicts(monkeypatch):
+    """With the original's run started on a worker thread (`EARLY_NODES` lowered so that a small
+    model qualifies), the guard rolls back the same site for the same reason, the report and the
+    model are the ones of the run in line, and no thread outlives the call."""
+    bypass_final_check(monkeypatch)
+    model = unshaped_outputs_model()
+    outputs = [site.output for site in sites_of(model)]
+
+    def transposed(site):
+        ones = np.ones(7, np.float32)
+        fused = dataclasses.replace(
+            site.fused, inputs=(site.fused.inputs[0], ones), layout=((0, 2, 1), (0, 1, 2))
+        )
+        return dataclasses.replace(site, fused=fused)
+
+    plant(monkeypatch, outputs[2], transposed)
+    in_line = normfuse.optimize(model)
+    early_runs = Counter()
+    early = guard._Early
+
+    def counted(original):
+        early_runs["started"] += 1
+        return early(original)
+
+    monkeypatch.setattr(guard, "EARLY_NODES", 0)
+    monkeypatch.setattr(guard, "_Early", counted)
+    result = normfuse.optimize(model)
+    assert early_runs["started"] == 1
+    assert reasons(result.report) == reasons(in_line.report) == ["output-shape-changed"]
+    assert result.report.as_dict() == in_line.report.as_dict()
+    assert result.model.SerializeToString() == in_line.model.SerializeToString()
+    assert not [t for t in threading.enumerate() if t.name == "normfuse-guard"]
+    assert_kept_all_but(result, model, outputs, outputs[2])
+
+
+def test_no_early_run_for_a_small_model(monkeypatch, three_norms):
+    """Below `EARLY_NODES` the original runs in line, only when a site was fused."""
+    started = Counter()
+    monkeypatch.setattr(guard, "_Early", lambda original: started.update(["early"]))
+    assert len(three_norms.graph.node) < guard.EARLY_NODES
+    assert len(sites_of(three_norms)) == 3
+    assert not started
 
 
 def pooled_norms_model() -> onnx.ModelProto:

@@ -10,10 +10,15 @@ outputs of the original's shapes and element types. The checker, inference and t
 large model run on weightless skeletons (large and external initializers as typed inputs): no
 external weight is read or copied. A failure is a `Failure` with a stable reason; the caller
 attributes it to sites (`__init__._guarded`).
+
+The original's run does not depend on the rewrite, so on a large graph (`EARLY_NODES`) `start`
+builds its session and runs it on a worker thread while the rewrite goes on (ONNX Runtime
+releases the GIL while it builds a session): the same run, its verdicts unchanged, overlapped.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +34,9 @@ from normfuse.structure import check_structure
 # Models up to this serialized size, with no external data, are run once; above it only the
 # weightless checks run (a run reads and copies every weight).
 MAX_RUN_BYTES = 256 * 2**20
+# Graphs of at least this many nodes (main graph) have the original's run started early (`start`):
+# below it, building the session takes well under a second and a thread would only add cost.
+EARLY_NODES = 10_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,18 @@ class OutputGuard:
         self._original_errors: dict[str, str | None] = {}
         self._reference: _Reference | None = None
         self._reference_tried = False
+        self._early: _Early | None = None
+
+    def start(self) -> None:
+        """Start the original's run on a worker thread where the graph is large
+        (`EARLY_NODES`) and the run would happen (`runnable`); `close` waits for it."""
+        if self._early is None and not self._reference_tried and _starts_early(self.original):
+            self._early = _Early(self.original)
+
+    def close(self) -> None:
+        """Wait for an early run (nothing of it outlives the `optimize` call)."""
+        if self._early is not None:
+            self._early.wait()
 
     def failure(self, optimised: onnx.ModelProto, ort_only: bool) -> Failure | None:
         """Why `optimised` would not stand in for the original, or None."""
@@ -86,8 +106,30 @@ class OutputGuard:
 
     def _run_reference(self) -> _Reference | None:
         if not self._reference_tried:
-            self._reference, self._reference_tried = _Reference.of(self.original), True
+            early = self._early
+            reference = _Reference.of(self.original) if early is None else early.wait()
+            self._reference, self._reference_tried = reference, True
         return self._reference
+
+
+class _Early:
+    """`_Reference.of(original)` computed on a worker thread."""
+
+    def __init__(self, original: onnx.ModelProto) -> None:
+        self._result: list[_Reference | None] = []
+        self._thread = threading.Thread(
+            target=lambda: self._result.append(_Reference.of(original)), name="normfuse-guard"
+        )
+        self._thread.start()
+
+    def wait(self) -> _Reference | None:
+        """The original's run (None where it does not run), once the thread has finished."""
+        self._thread.join()
+        return self._result[0] if self._result else None
+
+
+def _starts_early(model: onnx.ModelProto) -> bool:
+    return len(model.graph.node) >= EARLY_NODES and runnable(model)
 
 
 @dataclass(frozen=True)
