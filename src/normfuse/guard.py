@@ -36,7 +36,7 @@ from normfuse.structure import check_structure
 MAX_RUN_BYTES = 256 * 2**20
 # Graphs of at least this many nodes (main graph) have the original's run started early (`start`):
 # below it, building the session takes well under a second and a thread would only add cost.
-EARLY_NODES = 10_000
+EARLY_NODES = 5_000
 
 
 @dataclass(frozen=True)
