@@ -275,9 +275,9 @@ def test_guard_rolls_back_a_site_whose_output_shape_differs(monkeypatch):
 
 
 def test_an_early_run_of_the_original_gives_the_same_verdicts(monkeypatch):
-    """With the original's run started on a worker thread (`EARLY_NODES` lowered so that a small
-    model qualifies), the guard rolls back the same site for the same reason, the report and the
-    model are the ones of the run in line, and no thread outlives the call."""
+    """With the guard's runs on a worker thread (`EARLY_NODES` lowered so that a small model
+    qualifies), the guard rolls back the same site for the same reason, the report and the model
+    are the ones of the runs in line, and no thread outlives the call."""
     bypass_final_check(monkeypatch)
     model = unshaped_outputs_model()
     outputs = [site.output for site in sites_of(model)]
@@ -291,17 +291,17 @@ def test_an_early_run_of_the_original_gives_the_same_verdicts(monkeypatch):
 
     plant(monkeypatch, outputs[2], transposed)
     in_line = normfuse.optimize(model)
-    early_runs = Counter()
-    early = guard._Early
+    workers = Counter()
+    worker = guard._Worker
 
-    def counted(original):
-        early_runs["started"] += 1
-        return early(original)
+    def counted(compute):
+        workers["started"] += 1
+        return worker(compute)
 
     monkeypatch.setattr(guard, "EARLY_NODES", 0)
-    monkeypatch.setattr(guard, "_Early", counted)
+    monkeypatch.setattr(guard, "_Worker", counted)
     result = normfuse.optimize(model)
-    assert early_runs["started"] == 1
+    assert workers["started"] >= 2  # the original's run, and the rewrite's beside its checks
     assert reasons(result.report) == reasons(in_line.report) == ["output-shape-changed"]
     assert result.report.as_dict() == in_line.report.as_dict()
     assert result.model.SerializeToString() == in_line.model.SerializeToString()
@@ -310,9 +310,10 @@ def test_an_early_run_of_the_original_gives_the_same_verdicts(monkeypatch):
 
 
 def test_no_early_run_for_a_small_model(monkeypatch, three_norms):
-    """Below `EARLY_NODES` the original runs in line, only when a site was fused."""
+    """Below `EARLY_NODES` the guard runs both models in line (the original only once a site
+    was fused)."""
     started = Counter()
-    monkeypatch.setattr(guard, "_Early", lambda original: started.update(["early"]))
+    monkeypatch.setattr(guard, "_Worker", lambda compute: started.update(["worker"]))
     assert len(three_norms.graph.node) < guard.EARLY_NODES
     assert len(sites_of(three_norms)) == 3
     assert not started
@@ -460,3 +461,11 @@ def test_probe_dims_are_small():
     model = unshaped_outputs_model(1)
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "sequence"
     assert inputs.probe_dims(model) == {"batch": 1, "sequence": inputs.PROBE_DIM}
+
+
+def test_a_worker_gives_its_value_or_raises_its_error():
+    """What the guard computes on a worker thread is never lost: an error raised there is
+    raised where the value is asked for (never read as "no failure")."""
+    assert guard._Worker(lambda: 42).wait() == 42
+    with pytest.raises(ZeroDivisionError):
+        guard._Worker(lambda: 1 / 0).wait()

@@ -11,9 +11,10 @@ large model run on weightless skeletons (large and external initializers as type
 external weight is read or copied. A failure is a `Failure` with a stable reason; the caller
 attributes it to sites (`__init__._guarded`).
 
-The original's run does not depend on the rewrite, so on a large graph (`EARLY_NODES`) `start`
-builds its session and runs it on a worker thread while the rewrite goes on (ONNX Runtime
-releases the GIL while it builds a session): the same run, its verdicts unchanged, overlapped.
+On a large graph (`EARLY_NODES`) the two runs are overlapped with other work on a worker thread
+(ONNX Runtime releases the GIL while it builds a session): the original's, which does not depend
+on the rewrite, from `start` on, beside the rewrite; each rewrite's, beside the weightless
+checks, whose verdict still comes first. The same runs and the same verdicts, in the same order.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import onnx
@@ -34,9 +36,10 @@ from normfuse.structure import check_structure
 # Models up to this serialized size, with no external data, are run once; above it only the
 # weightless checks run (a run reads and copies every weight).
 MAX_RUN_BYTES = 256 * 2**20
-# Graphs of at least this many nodes (main graph) have the original's run started early (`start`):
-# below it, building the session takes well under a second and a thread would only add cost.
+# Graphs of at least this many nodes (main graph) have the guard's runs on a worker thread: below
+# it, building a session takes well under a second and a thread would only add cost.
 EARLY_NODES = 5_000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,18 +60,19 @@ class OutputGuard:
         self._original_errors: dict[str, str | None] = {}
         self._reference: _Reference | None = None
         self._reference_tried = False
-        self._early: _Early | None = None
+        self._threaded = len(original.graph.node) >= EARLY_NODES
+        self._early: _Worker[_Reference | None] | None = None
 
     def start(self) -> None:
         """Start the original's run on a worker thread where the graph is large
         (`EARLY_NODES`) and the run would happen (`runnable`); `close` waits for it."""
-        if self._early is None and not self._reference_tried and _starts_early(self.original):
-            self._early = _Early(self.original)
+        if self._threaded and self._early is None and runnable(self.original):
+            self._early = _Worker(lambda: _Reference.of(self.original))
 
     def close(self) -> None:
         """Wait for an early run (nothing of it outlives the `optimize` call)."""
         if self._early is not None:
-            self._early.wait()
+            self._early.join()
 
     def failure(self, optimised: onnx.ModelProto, ort_only: bool) -> Failure | None:
         """Why `optimised` would not stand in for the original, or None."""
@@ -89,11 +93,24 @@ class OutputGuard:
         reference = self._run_reference()
         if reference is None:
             checks.append(("output-does-not-load", _session_error, "ONNX Runtime"))
+        run = None
+        if reference is not None and self._threaded:  # its load overlaps the checks below
+            run = _Worker(lambda: reference.failure(optimised))
+        found = self._first_failing(checks, after)
+        ran = None if run is None else run.wait()
+        if found is not None or reference is None:
+            return found
+        return ran if run is not None else reference.failure(optimised)
+
+    def _first_failing(
+        self, checks: list[tuple[str, Callable, str]], after: onnx.ModelProto
+    ) -> Failure | None:
+        """The first of `checks` that `after` (a skeleton) fails and the original passes."""
         for reason, check, what in checks:
             error = check(after)
             if error is not None and self._original_error(check, what) is None:
                 return Failure(reason, f"{what}: {error}")
-        return None if reference is None else reference.failure(optimised)
+        return None
 
     def _original_error(self, check: Callable, what: str) -> str | None:
         """`check` on the original's skeleton, computed once (a model that was already stale or
@@ -112,24 +129,32 @@ class OutputGuard:
         return self._reference
 
 
-class _Early:
-    """`_Reference.of(original)` computed on a worker thread."""
+class _Worker(Generic[T]):
+    """`compute()` on a worker thread; `wait` returns its value, or raises what it raised."""
 
-    def __init__(self, original: onnx.ModelProto) -> None:
-        self._result: list[_Reference | None] = []
-        self._thread = threading.Thread(
-            target=lambda: self._result.append(_Reference.of(original)), name="normfuse-guard"
-        )
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._outcome: list[tuple[bool, T | BaseException]] = []
+
+        def work() -> None:
+            try:
+                self._outcome.append((True, compute()))
+            except BaseException as error:  # re-raised by `wait`, in the caller's thread
+                self._outcome.append((False, error))
+
+        self._thread = threading.Thread(target=work, name="normfuse-guard")
         self._thread.start()
 
-    def wait(self) -> _Reference | None:
-        """The original's run (None where it does not run), once the thread has finished."""
+    def join(self) -> None:
+        """Wait until the thread has finished."""
         self._thread.join()
-        return self._result[0] if self._result else None
 
-
-def _starts_early(model: onnx.ModelProto) -> bool:
-    return len(model.graph.node) >= EARLY_NODES and runnable(model)
+    def wait(self) -> T:
+        """The value, once the thread has finished."""
+        self.join()
+        done, value = self._outcome[0]
+        if not done:
+            raise value
+        return value
 
 
 @dataclass(frozen=True)
