@@ -305,7 +305,7 @@ def test_an_early_run_of_the_original_gives_the_same_verdicts(monkeypatch):
     assert reasons(result.report) == reasons(in_line.report) == ["output-shape-changed"]
     assert result.report.as_dict() == in_line.report.as_dict()
     assert result.model.SerializeToString() == in_line.model.SerializeToString()
-    assert not [t for t in threading.enumerate() if t.name == "normfuse-guard"]
+    assert not [t for t in threading.enumerate() if t.name == guard.THREAD_NAME]
     assert_kept_all_but(result, model, outputs, outputs[2])
 
 

@@ -39,6 +39,7 @@ MAX_RUN_BYTES = 256 * 2**20
 # Graphs of at least this many nodes (main graph) have the guard's runs on a worker thread: below
 # it, building a session takes well under a second and a thread would only add cost.
 EARLY_NODES = 5_000
+THREAD_NAME = "normfuse guard"
 T = TypeVar("T")
 
 
@@ -96,21 +97,16 @@ class OutputGuard:
         run = None
         if reference is not None and self._threaded:  # its load overlaps the checks below
             run = _Worker(lambda: reference.failure(optimised))
-        found = self._first_failing(checks, after)
+        found = None  # the first check `after` fails and the original passes
+        for reason, check, what in checks:
+            error = check(after)
+            if error is not None and self._original_error(check, what) is None:
+                found = Failure(reason, f"{what}: {error}")
+                break
         ran = None if run is None else run.wait()
         if found is not None or reference is None:
             return found
         return ran if run is not None else reference.failure(optimised)
-
-    def _first_failing(
-        self, checks: list[tuple[str, Callable, str]], after: onnx.ModelProto
-    ) -> Failure | None:
-        """The first of `checks` that `after` (a skeleton) fails and the original passes."""
-        for reason, check, what in checks:
-            error = check(after)
-            if error is not None and self._original_error(check, what) is None:
-                return Failure(reason, f"{what}: {error}")
-        return None
 
     def _original_error(self, check: Callable, what: str) -> str | None:
         """`check` on the original's skeleton, computed once (a model that was already stale or
@@ -141,7 +137,7 @@ class _Worker(Generic[T]):
             except BaseException as error:  # re-raised by `wait`, in the caller's thread
                 self._outcome.append((False, error))
 
-        self._thread = threading.Thread(target=work, name="normfuse-guard")
+        self._thread = threading.Thread(target=work, name=THREAD_NAME)
         self._thread.start()
 
     def join(self) -> None:
