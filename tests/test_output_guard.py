@@ -9,6 +9,7 @@ None), so that the planted site reaches the output and only the guard's run can 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import Counter
 
 import normfuse.passes
@@ -273,6 +274,51 @@ def test_guard_rolls_back_a_site_whose_output_shape_differs(monkeypatch):
     assert_kept_all_but(result, model, outputs, target)
 
 
+def test_an_early_run_of_the_original_gives_the_same_verdicts(monkeypatch):
+    """With the guard's runs on a worker thread (`EARLY_NODES` lowered so that a small model
+    qualifies), the guard rolls back the same site for the same reason, the report and the model
+    are the ones of the runs in line, and no thread outlives the call."""
+    bypass_final_check(monkeypatch)
+    model = unshaped_outputs_model()
+    outputs = [site.output for site in sites_of(model)]
+
+    def transposed(site):
+        ones = np.ones(7, np.float32)
+        fused = dataclasses.replace(
+            site.fused, inputs=(site.fused.inputs[0], ones), layout=((0, 2, 1), (0, 1, 2))
+        )
+        return dataclasses.replace(site, fused=fused)
+
+    plant(monkeypatch, outputs[2], transposed)
+    in_line = normfuse.optimize(model)
+    workers = Counter()
+    worker = guard._Worker
+
+    def counted(compute):
+        workers["started"] += 1
+        return worker(compute)
+
+    monkeypatch.setattr(guard, "EARLY_NODES", 0)
+    monkeypatch.setattr(guard, "_Worker", counted)
+    result = normfuse.optimize(model)
+    assert workers["started"] >= 2  # the original's run, and the rewrite's beside its checks
+    assert reasons(result.report) == reasons(in_line.report) == ["output-shape-changed"]
+    assert result.report.as_dict() == in_line.report.as_dict()
+    assert result.model.SerializeToString() == in_line.model.SerializeToString()
+    assert not [t for t in threading.enumerate() if t.name == guard.THREAD_NAME]
+    assert_kept_all_but(result, model, outputs, outputs[2])
+
+
+def test_no_early_run_for_a_small_model(monkeypatch, three_norms):
+    """Below `EARLY_NODES` the guard runs both models in line (the original only once a site
+    was fused)."""
+    started = Counter()
+    monkeypatch.setattr(guard, "_Worker", lambda compute: started.update(["worker"]))
+    assert len(three_norms.graph.node) < guard.EARLY_NODES
+    assert len(sites_of(three_norms)) == 3
+    assert not started
+
+
 def pooled_norms_model() -> onnx.ModelProto:
     """Issue 21, class 1: x [2, 3, 5] through MaxPool (k 2, s 2, pads [1, 1], ceil_mode 1),
     which onnx infers as length 4 and ONNX Runtime computes as 3, then an affine-free layer
@@ -415,3 +461,11 @@ def test_probe_dims_are_small():
     model = unshaped_outputs_model(1)
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "sequence"
     assert inputs.probe_dims(model) == {"batch": 1, "sequence": inputs.PROBE_DIM}
+
+
+def test_a_worker_gives_its_value_or_raises_its_error():
+    """What the guard computes on a worker thread is never lost: an error raised there is
+    raised where the value is asked for (never read as "no failure")."""
+    assert guard._Worker(lambda: 42).wait() == 42
+    with pytest.raises(ZeroDivisionError):
+        guard._Worker(lambda: 1 / 0).wait()

@@ -94,14 +94,34 @@ def optimize(
     modified.
     """
     loaded = _load(model, base_dir)
+    output_guard = guard.OutputGuard(loaded.model)
+    if tune_for is None:  # timed forms share the CPU with nothing
+        output_guard.start()  # a large original's run overlaps the rewrite
+    try:
+        return _optimize_loaded(
+            loaded, model, target, passes, validation, tune_for, dims, output_guard
+        )
+    finally:
+        output_guard.close()
+
+
+def _optimize_loaded(
+    loaded: model_io.LoadedModel,
+    model: ModelLike,
+    target: str,
+    passes: str | list[str] | None,
+    validation: ValidationOptions | None,
+    tune_for: str | None,
+    dims: dict[str, int] | None,
+    output_guard: guard.OutputGuard,
+) -> OptimizeResult:
+    """`optimize` of the loaded model, its rewrites proved by `output_guard`."""
     with guard_rewrite():
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
     if tune_for is not None:
         chooser = FormChooser(parse_providers(tune_for)[0], dims=dict(dims or {}), model=view.model)
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
-
-    output_guard = guard.OutputGuard(loaded.model)
 
     def build(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
         return _optimize(loaded, view, target, passes, excluded, _name(model), chooser)

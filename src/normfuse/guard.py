@@ -10,12 +10,19 @@ outputs of the original's shapes and element types. The checker, inference and t
 large model run on weightless skeletons (large and external initializers as typed inputs): no
 external weight is read or copied. A failure is a `Failure` with a stable reason; the caller
 attributes it to sites (`__init__._guarded`).
+
+On a large graph (`EARLY_NODES`) the two runs are overlapped with other work on a worker thread
+(ONNX Runtime releases the GIL while it builds a session): the original's, which does not depend
+on the rewrite, from `start` on, beside the rewrite; each rewrite's, beside the weightless
+checks, whose verdict still comes first. The same runs and the same verdicts, in the same order.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import onnx
@@ -29,6 +36,11 @@ from normfuse.structure import check_structure
 # Models up to this serialized size, with no external data, are run once; above it only the
 # weightless checks run (a run reads and copies every weight).
 MAX_RUN_BYTES = 256 * 2**20
+# Graphs of at least this many nodes (main graph) have the guard's runs on a worker thread: below
+# it, building a session takes well under a second and a thread would only add cost.
+EARLY_NODES = 5_000
+THREAD_NAME = "normfuse guard"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,19 @@ class OutputGuard:
         self._original_errors: dict[str, str | None] = {}
         self._reference: _Reference | None = None
         self._reference_tried = False
+        self._threaded = len(original.graph.node) >= EARLY_NODES
+        self._early: _Worker[_Reference | None] | None = None
+
+    def start(self) -> None:
+        """Start the original's run on a worker thread where the graph is large
+        (`EARLY_NODES`) and the run would happen (`runnable`); `close` waits for it."""
+        if self._threaded and self._early is None and runnable(self.original):
+            self._early = _Worker(lambda: _Reference.of(self.original))
+
+    def close(self) -> None:
+        """Wait for an early run (nothing of it outlives the `optimize` call)."""
+        if self._early is not None:
+            self._early.join()
 
     def failure(self, optimised: onnx.ModelProto, ort_only: bool) -> Failure | None:
         """Why `optimised` would not stand in for the original, or None."""
@@ -69,11 +94,19 @@ class OutputGuard:
         reference = self._run_reference()
         if reference is None:
             checks.append(("output-does-not-load", _session_error, "ONNX Runtime"))
+        run = None
+        if reference is not None and self._threaded:  # its load overlaps the checks below
+            run = _Worker(lambda: reference.failure(optimised))
+        found = None  # the first check `after` fails and the original passes
         for reason, check, what in checks:
             error = check(after)
             if error is not None and self._original_error(check, what) is None:
-                return Failure(reason, f"{what}: {error}")
-        return None if reference is None else reference.failure(optimised)
+                found = Failure(reason, f"{what}: {error}")
+                break
+        ran = None if run is None else run.wait()
+        if found is not None or reference is None:
+            return found
+        return ran if run is not None else reference.failure(optimised)
 
     def _original_error(self, check: Callable, what: str) -> str | None:
         """`check` on the original's skeleton, computed once (a model that was already stale or
@@ -86,8 +119,38 @@ class OutputGuard:
 
     def _run_reference(self) -> _Reference | None:
         if not self._reference_tried:
-            self._reference, self._reference_tried = _Reference.of(self.original), True
+            early = self._early
+            reference = _Reference.of(self.original) if early is None else early.wait()
+            self._reference, self._reference_tried = reference, True
         return self._reference
+
+
+class _Worker(Generic[T]):
+    """`compute()` on a worker thread; `wait` returns its value, or raises what it raised."""
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._outcome: list[tuple[bool, T | BaseException]] = []
+
+        def work() -> None:
+            try:
+                self._outcome.append((True, compute()))
+            except BaseException as error:  # re-raised by `wait`, in the caller's thread
+                self._outcome.append((False, error))
+
+        self._thread = threading.Thread(target=work, name=THREAD_NAME)
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait until the thread has finished."""
+        self._thread.join()
+
+    def wait(self) -> T:
+        """The value, once the thread has finished."""
+        self.join()
+        done, value = self._outcome[0]
+        if not done:
+            raise value
+        return value
 
 
 @dataclass(frozen=True)

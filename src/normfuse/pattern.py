@@ -121,8 +121,9 @@ class _State:
         return self if equivalent(bound, tensor) else None
 
     def add(self, node: gs.Node) -> _State:
-        if any(node is seen for seen in self.nodes):
-            return self
+        for seen in self.nodes:  # by identity (gs nodes compare by value)
+            if seen is node:
+                return self
         return _State(self.tensors, (*self.nodes, node))
 
 
@@ -135,21 +136,22 @@ def match(pattern: Pattern, tensor: gs.Tensor, reader: Constants) -> Iterator[Ma
 def _match(
     pattern: Pattern, tensor: gs.Tensor, state: _State, reader: Constants
 ) -> Iterator[_State]:
-    if isinstance(pattern, Var):
-        bound = state.bind(pattern.name, tensor)
-        if bound is not None:
-            yield bound
-    elif isinstance(pattern, Const):
-        yield from _match_const(pattern, tensor, state, reader)
-    elif isinstance(pattern, AnyOf):
+    kind = type(pattern)  # the four pattern classes, most frequent first
+    if kind is Op:
+        yield from _match_op(pattern, tensor, state, reader)
+    elif kind is AnyOf:
         node = producer(tensor)
         op = None if node is None else node.op
         for alternative in pattern.alternatives:
             # Cheap rejection first: an `Op` of another type cannot match (`_match_op`).
-            if not isinstance(alternative, Op) or alternative.op == op:
+            if type(alternative) is not Op or alternative.op == op:
                 yield from _match(alternative, tensor, state, reader)
+    elif kind is Var:
+        bound = state.bind(pattern.name, tensor)
+        if bound is not None:
+            yield bound
     else:
-        yield from _match_op(pattern, tensor, state, reader)
+        yield from _match_const(pattern, tensor, state, reader)
 
 
 def _match_const(
@@ -190,6 +192,9 @@ def _match_op(pattern: Op, tensor: gs.Tensor, state: _State, reader: Constants) 
 def _match_all(
     patterns: tuple[Pattern, ...], tensors: list[gs.Tensor], state: _State, reader: Constants
 ) -> Iterator[_State]:
+    if len(patterns) == 1:  # the last operand: its matches are the whole list's
+        yield from _match(patterns[0], tensors[0], state, reader)
+        return
     if not patterns:
         yield state
         return
