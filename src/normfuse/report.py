@@ -68,7 +68,7 @@ class Report:
         """A short human-readable summary. With `sites`, one line per fused site (kind, op, the
         tensor it computes, its shape from `types`), and with `verbose` the nodes it replaces;
         `existing`: the fused norm nodes the model already had (said when nothing is left)."""
-        lines = [f"{'kind':<16}{'op':<28}{'sites':>6}"]
+        lines = [f"{'kind':<16}{'op':<28}{'sites':>6}"] if self.sites else []
         for (kind, op), count in sorted(Counter((s.kind, s.op) for s in self.sites).items()):
             lines.append(f"{kind:<16}{op:<28}{count:>6}")
         if not self.sites and existing:
