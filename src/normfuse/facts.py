@@ -70,16 +70,19 @@ class ScopeFacts:
         """The one node computing `tensor`, or None."""
         return tensor.inputs[0] if len(tensor.inputs) == 1 else None
 
+    def tensor_type(self, tensor: gs.Tensor) -> TensorType | None:
+        """(element type, shape) of `tensor` when known: a constant's own, else the derived."""
+        if isinstance(tensor, gs.Constant):
+            dtype = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
+            return dtype, tuple(tensor.shape)
+        return self.types.get(tensor.name)
+
     def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
         """The shape of `tensor` (ints for static dims) when known."""
-        if isinstance(tensor, gs.Constant):
-            return tuple(tensor.shape)
-        known = self.types.get(tensor.name)
+        known = self.tensor_type(tensor)
         return None if known is None else known[1]
 
     def elem_type(self, tensor: gs.Tensor) -> int | None:
         """The ONNX element type of `tensor` when known."""
-        if isinstance(tensor, gs.Constant):
-            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
-        known = self.types.get(tensor.name)
+        known = self.tensor_type(tensor)
         return None if known is None else known[0]

@@ -264,25 +264,14 @@ class _SkeletonFacts(ScopeFacts):
         """None for a held tensor."""
         return None if id(tensor) in self._held else super().producer(tensor)
 
-    def shape(self, tensor: gs.Tensor) -> tuple[int | str | None, ...] | None:
-        """A folded constant's shape, a weight's derived one."""
+    def tensor_type(self, tensor: gs.Tensor) -> TensorType | None:
+        """A folded constant's own type, a weight's derived one."""
         if id(tensor) not in self._held:
-            return super().shape(tensor)
+            return super().tensor_type(tensor)
         value = self._held[id(tensor)]
-        if value is not None:
-            return tuple(value.shape)
-        known = self.types.get(tensor.name)
-        return None if known is None else known[1]
-
-    def elem_type(self, tensor: gs.Tensor) -> int | None:
-        """A folded constant's element type, a weight's derived one."""
-        if id(tensor) not in self._held:
-            return super().elem_type(tensor)
-        value = self._held[id(tensor)]
-        if value is not None:
-            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(value.dtype))
-        known = self.types.get(tensor.name)
-        return None if known is None else known[0]
+        if value is None:
+            return self.types.get(tensor.name)
+        return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(value.dtype)), tuple(value.shape)
 
 
 def _fold_parts(
