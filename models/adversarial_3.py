@@ -30,8 +30,7 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, mod
 # test xfailed. "near-miss" is test_lookalike_reports_a_near_miss (marked xfail(strict=True)).
 # What still fails after merging main's fixes for issue 21 (22:55 UTC; before the merge 200
 # cases failed somewhere: docs/adversary3-findings.md).
-FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-}
+FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 C_SHAPES, C_FUNCTIONS, C_FOLDER, C_RESIDUAL, C_GROUP = (
     "a3-shapes",

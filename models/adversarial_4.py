@@ -30,8 +30,7 @@ CONFIGS = {"default": {}, "onnx": {"target": "onnx"}}
 # case name -> (finding id, the configurations it fails in).
 # ADV4-01..03 (attribute references in functions under the opset raise) and ADV4-04 (external
 # scales copied inline) were fixed on main; their cases guard the fixes.
-FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
-}
+FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
 @dataclass(frozen=True)

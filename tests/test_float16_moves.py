@@ -57,8 +57,11 @@ def test_the_input_cast_goes_above_the_move_and_overflow_stays_out() -> None:
     result = normfuse.optimize(original)
     assert [site.kind for site in result.report.sites] == ["rms-norm"]
     model = result.model
-    cast = next(node for node in model.graph.node if node.op_type == "Cast" and
-                node.attribute[0].i == TensorProto.FLOAT)
+    cast = next(
+        node
+        for node in model.graph.node
+        if node.op_type == "Cast" and node.attribute[0].i == TensorProto.FLOAT
+    )
     producer = {out: node for node in model.graph.node for out in node.output}[cast.input[0]]
     assert producer.op_type == "Mul"  # the Cast reads the gate product, not its Reshape
     assert op_types(model).count("Reshape") == 2  # the grouping copied in float32, and the back

@@ -220,9 +220,10 @@ def test_tune_for_times_group_norm_statistics_against_decomposed(
         assert result.report.sites == []
         reasons = [(m.kind, m.reason) for m in result.report.near_misses]
         # left decomposed, the layer-norm pass sees group statistics and says why it keeps them
-        assert sorted(reasons) == [("group-norm", "measured-slower")] * 2 + [
-            ("layer-norm", "group-norm")
-        ] * 2
+        assert (
+            sorted(reasons)
+            == [("group-norm", "measured-slower")] * 2 + [("layer-norm", "group-norm")] * 2
+        )
         assert result.model.SerializeToString() == original.SerializeToString()
 
 

@@ -273,9 +273,7 @@ def test_float64_site_is_left_and_the_rest_of_the_model_fuses() -> None:
 # ------------------------------------------------------------------ symbolic shapes
 
 
-def _symbolic(
-    a_shape, s_shape, derived: bool = False, kind: str = "rms"
-) -> onnx.ModelProto:
+def _symbolic(a_shape, s_shape, derived: bool = False, kind: str = "rms") -> onnx.ModelProto:
     """Add(a, s) -> RMS norm (or `kind`); with `derived`, s is
     Reshape(MatMul(Reshape(x, [-1, H]), W), Shape(a)) for a graph input x: the same derivation
     as a only through Shape(a)."""

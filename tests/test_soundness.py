@@ -309,9 +309,7 @@ def test_skip_norm_with_3d_gamma_meets_the_kernel_contract():
     skip = next(n for n in fused.graph.node if n.op_type == "SkipSimplifiedLayerNormalization")
     shapes = {t.name: list(t.dims) for t in fused.graph.initializer}
     assert [shapes[name] for name in skip.input[2:]] == [[8]]
-    layer_norm = onnx.parser.parse_model(
-        text.replace("RMSNormalization", "LayerNormalization")
-    )
+    layer_norm = onnx.parser.parse_model(text.replace("RMSNormalization", "LayerNormalization"))
     left = normfuse.optimize(layer_norm, passes="skip-norm").report
     assert left.sites == [] and [m.reason for m in left.near_misses] == ["skip-less-accurate"]
 

@@ -51,10 +51,7 @@ def imports(known: dict[str, Path]) -> dict[str, tuple[set[str], set[str]]]:
         runtime, typing = set(), set()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         typing_nodes = {
-            id(inner)
-            for node in ast.walk(tree)
-            if _typing_block(node)
-            for inner in ast.walk(node)
+            id(inner) for node in ast.walk(tree) if _typing_block(node) for inner in ast.walk(node)
         }
         for node in ast.walk(tree):
             targets = _targets(node, module, set(known)) - {module}

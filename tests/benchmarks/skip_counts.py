@@ -49,9 +49,7 @@ def row(entry: dict, folder: Path) -> tuple[list[str], Counter]:
     original = onnx.load(source)
     result = normfuse.optimize(source, passes=PASSES)
     ours = skip_nodes(result.model)
-    misses = Counter(
-        miss.reason for miss in result.report.near_misses if miss.kind == "skip-norm"
-    )
+    misses = Counter(miss.reason for miss in result.report.near_misses if miss.kind == "skip-norm")
     ok = numerics_ok(original, result.model, entry["dims"])
     out = folder / "ort.onnx"
     try:
