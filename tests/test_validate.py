@@ -410,6 +410,17 @@ def test_models_with_other_inputs_are_named_plainly(tmp_path: Path, capsys) -> N
     assert f"{first.graph.input[0].name} in the original, renamed in the candidate" in error
 
 
+def _assert_checked_alone_and_kept(model: onnx.ModelProto, kind: str) -> None:
+    """--validate fuses `model`'s one `kind` site, compares it alone (a comparison ran, and
+    passed), reports no near-miss, and the whole model passes."""
+    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
+    assert [site.kind for site in result.report.sites] == [kind]
+    assert result.report.near_misses == []
+    checks = result.report.validation.sites
+    assert checks and all(check.comparison is not None and check.passed for check in checks)
+    assert result.report.validation.passed
+
+
 def test_a_group_normalization_in_a_function_is_checked_alone() -> None:
     """ADV6-05: a GroupNormalization-21 node in a model-local function is typed in the body as
     in a graph (its output as its input), so --validate runs the rewritten site alone against
@@ -418,12 +429,7 @@ def test_a_group_normalization_in_a_function_is_checked_alone() -> None:
 
     case = next(case for case in SIXTH if case.name == "a6_gn21_in_function")
     model = case.build()
-    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
-    assert [site.kind for site in result.report.sites] == ["group-norm"]
-    assert result.report.near_misses == []
-    checks = result.report.validation.sites
-    assert checks and all(check.comparison is not None and check.passed for check in checks)
-    assert result.report.validation.passed
+    _assert_checked_alone_and_kept(model, "group-norm")
 
 
 def _float16_moved_norm(tail: str) -> onnx.ModelProto:
@@ -457,12 +463,7 @@ def test_a_site_moved_to_another_tensors_shape_is_checked_alone() -> None:
     Shape) is cut out with z fed as zeros of its shape: the site is compared alone, passes and
     is kept."""
     model = _float16_moved_norm("expand_shape")
-    result = normfuse.optimize(model, validation=normfuse.ValidationOptions())
-    assert [site.kind for site in result.report.sites] == ["layer-norm"]
-    assert result.report.near_misses == []
-    checks = result.report.validation.sites
-    assert checks and all(check.comparison is not None and check.passed for check in checks)
-    assert result.report.validation.passed
+    _assert_checked_alone_and_kept(model, "layer-norm")
 
 
 @pytest.mark.parametrize("tail", ["expand_values", "gather_values"])
