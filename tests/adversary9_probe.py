@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """Adversary 9 probe: shared created constants and guard threads on large graphs.
 
 Run: .venv/bin/python tests/adversary9_probe.py [case ...]. Not a pytest module (no test_
@@ -28,7 +29,9 @@ F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 NORMFUSE = str(Path(sys.executable).with_name("normfuse"))
 
 
-def ln_nodes(x: str, p: str, eps: str, two: str, axes: str | None, refused: bool = False) -> tuple[list, str]:
+def ln_nodes(
+    x: str, p: str, eps: str, two: str, axes: str | None, refused: bool = False
+) -> tuple[list, str]:
     """Decomposed layer norm without affine on the last axis: (x-mean)/sqrt(var+eps).
     `refused`: epsilon outside the root, which must not fuse."""
     ax = [axes] if axes else []
@@ -62,7 +65,9 @@ def consts(dtype: int, prefix: str = "") -> list:
     ]
 
 
-def model(nodes, inputs, outputs, inits, opset: int = 17, functions=(), extra_opsets=()) -> onnx.ModelProto:
+def model(
+    nodes, inputs, outputs, inits, opset: int = 17, functions=(), extra_opsets=()
+) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "g", inputs, outputs, inits)
     ops = [helper.make_opsetid("", opset), *extra_opsets]
     m = helper.make_model(g, opset_imports=ops, functions=list(functions))
@@ -89,7 +94,10 @@ def feeds_for(m: onnx.ModelProto, dims: dict, seed: int) -> dict[str, dict[str, 
     base = {}
     for i in m.graph.input:
         t = i.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 3) for d in t.shape.dim]
+        shape = [
+            d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 3)
+            for d in t.shape.dim
+        ]
         dt = helper.tensor_dtype_to_np_dtype(t.elem_type)
         if dt == np.bool_:
             base[i.name] = np.array(True)
@@ -101,14 +109,20 @@ def feeds_for(m: onnx.ModelProto, dims: dict, seed: int) -> dict[str, dict[str, 
 
     def conv(fn):
         return {
-            k: (fn(v).astype(helper.tensor_dtype_to_np_dtype(_et(m, k))) if v.dtype == np.float64 else v)
+            k: (
+                fn(v).astype(helper.tensor_dtype_to_np_dtype(_et(m, k)))
+                if v.dtype == np.float64
+                else v
+            )
             for k, v in base.items()
         }
 
     out["random"] = conv(lambda v: v * 2 + 1)
     out["offset1e3"] = conv(lambda v: 1e3 + 0.01 * v)
     out["tiny"] = conv(lambda v: 1e-4 * v)
-    out["constant_rows"] = conv(lambda v: np.broadcast_to(v[..., :1], v.shape).copy() if v.ndim else v)
+    out["constant_rows"] = conv(
+        lambda v: np.broadcast_to(v[..., :1], v.shape).copy() if v.ndim else v
+    )
     return out
 
 
@@ -144,7 +158,13 @@ def _to_double(m: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def compare(case: str, orig: onnx.ModelProto, fused: onnx.ModelProto, dims: dict | None = None, seed: int = 0) -> float:
+def compare(
+    case: str,
+    orig: onnx.ModelProto,
+    fused: onnx.ModelProto,
+    dims: dict | None = None,
+    seed: int = 0,
+) -> float:
     """Max relative diff over feeds; a failure when outputs differ by more than tolerance and the
     fused model is further from a float64 evaluation of the original than the original is."""
     so, sf = sess(orig), sess(fused)
@@ -154,11 +174,20 @@ def compare(case: str, orig: onnx.ModelProto, fused: onnx.ModelProto, dims: dict
         COUNTS["numeric_checks"] += 1
         a = so.run(None, f)
         b = sf.run(None, f)
-        ref = s64.run(None, {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in f.items()}) if s64 else a
+        ref = (
+            s64.run(
+                None,
+                {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in f.items()},
+            )
+            if s64
+            else a
+        )
         for x, y, r in zip(a, b, ref, strict=True):
             x64, y64 = x.astype(np.float64), y.astype(np.float64)
             sp = ~np.isfinite(x64)
-            if not np.array_equal(x64[sp], y64[sp], equal_nan=True) or not np.all(np.isfinite(y64[~sp])):
+            if not np.array_equal(x64[sp], y64[sp], equal_nan=True) or not np.all(
+                np.isfinite(y64[~sp])
+            ):
                 FAILS.append(f"{case}/{name}: non-finite pattern differs")
                 continue
             if (~sp).any():
@@ -169,19 +198,21 @@ def compare(case: str, orig: onnx.ModelProto, fused: onnx.ModelProto, dims: dict
                 e_orig = float(np.max(np.abs(x64[~sp] - r.astype(np.float64)[~sp])))
                 e_fused = float(np.max(np.abs(y64[~sp] - r.astype(np.float64)[~sp])))
                 if d > tol and (s64 is None or e_fused > 2 * e_orig + 1e-4):
-                    FAILS.append(f"{case}/{name}: rel diff {d:.3g} > {tol} (vs float64: original {e_orig:.3g}, "
-                                 f"fused {e_fused:.3g})")
+                    FAILS.append(
+                        f"{case}/{name}: rel diff {d:.3g} > {tol} (vs float64: original {e_orig:.3g}, "
+                        f"fused {e_fused:.3g})"
+                    )
     return worst
 
 
 def full_check(case: str, m: onnx.ModelProto | str) -> None:
     try:
         onnx.checker.check_model(m, full_check=True)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         FAILS.append(f"{case}: checker full_check failed: {str(e)[:300]}")
     try:
-        sess(m if isinstance(m, onnx.ModelProto) else m)
-    except Exception as e:  # noqa: BLE001
+        sess(m)
+    except Exception as e:
         FAILS.append(f"{case}: ORT load failed: {str(e)[:300]}")
 
 
@@ -202,21 +233,30 @@ def created_inits(orig: onnx.ModelProto, fused: onnx.ModelProto) -> list[str]:
     return [t.name for t in fused.graph.initializer if t.name not in before]
 
 
-def run_case(case: str, m: onnx.ModelProto, expect: int | None, target: str = "ort",
-             dims: dict | None = None, validate: bool = False) -> onnx.ModelProto | None:
+def run_case(
+    case: str,
+    m: onnx.ModelProto,
+    expect: int | None,
+    target: str = "ort",
+    dims: dict | None = None,
+    validate: bool = False,
+) -> onnx.ModelProto | None:
     COUNTS["cases"] += 1
     snapshot = m.SerializeToString()
     try:
         onnx.checker.check_model(m, full_check=True)
         sess(m)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         print(f"[{case}] BAD PROBE MODEL: {e}")
         FAILS.append(f"{case}: probe model itself invalid: {str(e)[:200]}")
         return None
     try:
-        res = normfuse.optimize(m, target=target,
-                                validation=normfuse.ValidationOptions(dims=dims or {}) if validate else None)
-    except Exception as e:  # noqa: BLE001
+        res = normfuse.optimize(
+            m,
+            target=target,
+            validation=normfuse.ValidationOptions(dims=dims or {}) if validate else None,
+        )
+    except Exception as e:
         FAILS.append(f"{case}: optimize raised {type(e).__name__}: {str(e)[:300]}")
         return None
     if m.SerializeToString() != snapshot:
@@ -226,8 +266,10 @@ def run_case(case: str, m: onnx.ModelProto, expect: int | None, target: str = "o
     k = nfused(fused)
     worst = compare(case, m, fused, dims)
     new = created_inits(m, fused)
-    print(f"[{case}] fused={k} sites={len(res.report.sites)} near_misses="
-          f"{sorted({x.reason for x in res.report.near_misses})} created={new} worst_rel={worst:.2e}")
+    print(
+        f"[{case}] fused={k} sites={len(res.report.sites)} near_misses="
+        f"{sorted({x.reason for x in res.report.near_misses})} created={new} worst_rel={worst:.2e}"
+    )
     if expect is not None and k != expect:
         FAILS.append(f"{case}: expected {expect} fused nodes, got {k}")
     return fused
@@ -251,14 +293,30 @@ def case_main_if_loop() -> None:
     body = helper.make_graph(
         [*ln_, helper.make_node("Identity", ["cond_in"], ["cond_out"])],
         "body",
-        [vi("it", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("lc_in", F32, [2, 3, H])],
+        [
+            vi("it", TensorProto.INT64, []),
+            vi("cond_in", TensorProto.BOOL, []),
+            vi("lc_in", F32, [2, 3, H]),
+        ],
         [vi("cond_out", TensorProto.BOOL, []), vi(ly, F32, [2, 3, H])],
     )
     nodes.append(helper.make_node("Loop", ["trip", "", "x"], ["loopy"], body=body))
-    m = model(nodes, [vi("x", F32, [2, 3, H]), vi("x2", F32, [2, 3, H]), vi("c", TensorProto.BOOL, []),
-                      vi("trip", TensorProto.INT64, [])],
-              [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H]), vi("ify", F32, [2, 3, H]), vi("loopy", F32, [2, 3, H])],
-              consts(F32))
+    m = model(
+        nodes,
+        [
+            vi("x", F32, [2, 3, H]),
+            vi("x2", F32, [2, 3, H]),
+            vi("c", TensorProto.BOOL, []),
+            vi("trip", TensorProto.INT64, []),
+        ],
+        [
+            vi(y1, F32, [2, 3, H]),
+            vi(y2, F32, [2, 3, H]),
+            vi("ify", F32, [2, 3, H]),
+            vi("loopy", F32, [2, 3, H]),
+        ],
+        consts(F32),
+    )
     run_case("main+if+loop", m, 5)
     run_case("main+if+loop/validate", m, 5, validate=True)
     run_case("main+if+loop/onnx-opset17", m, 5, target="onnx")
@@ -269,8 +327,12 @@ def case_main_if_loop() -> None:
 def _fn(name: str, H: int, dtype: int) -> onnx.FunctionProto:
     np_t = helper.tensor_dtype_to_np_dtype(dtype)
     nodes = [
-        helper.make_node("Constant", [], ["eps"], value=numpy_helper.from_array(np.array(1e-5, np_t))),
-        helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, np_t))),
+        helper.make_node(
+            "Constant", [], ["eps"], value=numpy_helper.from_array(np.array(1e-5, np_t))
+        ),
+        helper.make_node(
+            "Constant", [], ["two"], value=numpy_helper.from_array(np.array(2.0, np_t))
+        ),
     ]
     n, y = ln_nodes("X", "f_", "eps", "two", None)
     nodes += n
@@ -288,10 +350,19 @@ def case_functions() -> None:
     ]
     n, y = ln_nodes("x2", "m_", "eps", "two", None)
     nodes += n
-    m = model(nodes, [vi("x", F32, [2, 3, H]), vi("x2", F32, [2, 3, H])],
-              [vi("y1", F32, [2, 3, H]), vi("y2", F32, [2, 3, H]), vi("y3", F32, [2, 3, H]), vi(y, F32, [2, 3, H])],
-              consts(F32), functions=[_fn("F1", H, F32), _fn("F2", H, F32)],
-              extra_opsets=[helper.make_opsetid("local", 1)])
+    m = model(
+        nodes,
+        [vi("x", F32, [2, 3, H]), vi("x2", F32, [2, 3, H])],
+        [
+            vi("y1", F32, [2, 3, H]),
+            vi("y2", F32, [2, 3, H]),
+            vi("y3", F32, [2, 3, H]),
+            vi(y, F32, [2, 3, H]),
+        ],
+        consts(F32),
+        functions=[_fn("F1", H, F32), _fn("F2", H, F32)],
+        extra_opsets=[helper.make_opsetid("local", 1)],
+    )
     run_case("functions", m, None)
     run_case("functions/validate", m, None, validate=True)
     run_case("functions/onnx", m, None, target="onnx")
@@ -304,9 +375,17 @@ def case_mixed_dtype() -> None:
     n2, y2 = ln_nodes("h", "b_", "heps", "htwo", None)
     n3, y3 = ln_nodes("x", "c_", "eps", "two", None)
     n4, y4 = ln_nodes("h", "d_", "heps", "htwo", None)
-    m = model(n1 + n2 + n3 + n4, [vi("x", F32, [2, 4, H]), vi("h", F16, [2, 4, H])],
-              [vi(y1, F32, [2, 4, H]), vi(y2, F16, [2, 4, H]), vi(y3, F32, [2, 4, H]), vi(y4, F16, [2, 4, H])],
-              consts(F32) + consts(F16, "h"))
+    m = model(
+        n1 + n2 + n3 + n4,
+        [vi("x", F32, [2, 4, H]), vi("h", F16, [2, 4, H])],
+        [
+            vi(y1, F32, [2, 4, H]),
+            vi(y2, F16, [2, 4, H]),
+            vi(y3, F32, [2, 4, H]),
+            vi(y4, F16, [2, 4, H]),
+        ],
+        consts(F32) + consts(F16, "h"),
+    )
     run_case("f16+f32", m, None)
     run_case("f16+f32/validate", m, None, validate=True)
     run_case("f16+f32/onnx", m, None, target="onnx")
@@ -322,13 +401,18 @@ def case_adaln() -> None:
         helper.make_node("Add", ["ms", "b"], ["out1"]),
     ]
     n2, y2 = ln_nodes("out1", "b_", "eps", "two", None)
-    nodes += n2 + [
+    nodes += [
+        *n2,
         helper.make_node("Mul", [y2, "s1"], ["ms2"]),
         helper.make_node("Add", ["ms2", "b"], ["out2"]),
     ]
-    inits = consts(F32) + [numpy_helper.from_array(np.array(1.0, np.float32), "one")]
-    m = model(nodes, [vi("x", F32, ["B", 5, H]), vi("s", F32, ["B", 1, H]), vi("b", F32, ["B", 1, H])],
-              [vi("out1", F32, ["B", 5, H]), vi("out2", F32, ["B", 5, H])], inits)
+    inits = [*consts(F32), numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    m = model(
+        nodes,
+        [vi("x", F32, ["B", 5, H]), vi("s", F32, ["B", 1, H]), vi("b", F32, ["B", 1, H])],
+        [vi("out1", F32, ["B", 5, H]), vi("out2", F32, ["B", 5, H])],
+        inits,
+    )
     run_case("adaln", m, 2, dims={"B": 3})
     run_case("adaln/validate", m, 2, dims={"B": 3}, validate=True)
 
@@ -338,7 +422,12 @@ def case_name_squat() -> None:
     H = 8
     n1, y1 = ln_nodes("x", "a_", "eps", "two", None)
     n2, y2 = ln_nodes("x", "b_", "eps", "two", None)
-    base = model(n1 + n2, [vi("x", F32, [2, 3, H])], [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H])], consts(F32))
+    base = model(
+        n1 + n2,
+        [vi("x", F32, [2, 3, H])],
+        [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H])],
+        consts(F32),
+    )
     fused = normfuse.optimize(base).model
     names = created_inits(base, fused)
     print(f"[name-squat] generated names: {names}")
@@ -371,18 +460,36 @@ def case_name_squat() -> None:
         tn, ty = ln_nodes("x", "t_", "eps", "two", None)
         gen = next(t for t in fused.graph.initializer if t.name == nm)
         arr = numpy_helper.to_array(gen)
-        tn.append(helper.make_node("Constant", [], [nm], value=numpy_helper.from_array((arr * 0 + 5).astype(arr.dtype))))
+        tn.append(
+            helper.make_node(
+                "Constant", [], [nm], value=numpy_helper.from_array((arr * 0 + 5).astype(arr.dtype))
+            )
+        )
         if arr.dtype.kind == "f":
             tn.append(helper.make_node("Mul", [ty, nm], ["tz"]))
         else:
             tn.append(helper.make_node("Identity", [ty], ["tz"]))
         en, ey = ln_nodes("x", "e_", "eps", "two", None)
         en.append(helper.make_node("Identity", [ey], ["ez"]))
-        nodes2 = n1 + n2 + [helper.make_node("If", ["c"], ["ify"],
-                                             then_branch=helper.make_graph(tn, "t", [], [vi("tz", F32, [2, 3, H])]),
-                                             else_branch=helper.make_graph(en, "e", [], [vi("ez", F32, [2, 3, H])]))]
-        m2 = model(nodes2, [vi("x", F32, [2, 3, H]), vi("c", TensorProto.BOOL, [])],
-                   [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H]), vi("ify", F32, [2, 3, H])], consts(F32))
+        nodes2 = (
+            n1
+            + n2
+            + [
+                helper.make_node(
+                    "If",
+                    ["c"],
+                    ["ify"],
+                    then_branch=helper.make_graph(tn, "t", [], [vi("tz", F32, [2, 3, H])]),
+                    else_branch=helper.make_graph(en, "e", [], [vi("ez", F32, [2, 3, H])]),
+                )
+            ]
+        )
+        m2 = model(
+            nodes2,
+            [vi("x", F32, [2, 3, H]), vi("c", TensorProto.BOOL, [])],
+            [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H]), vi("ify", F32, [2, 3, H])],
+            consts(F32),
+        )
         run_case("name-squat/if-constant", m2, None)
 
 
@@ -406,11 +513,26 @@ def case_opset_raise() -> None:
     n2, y2 = ln_nodes("x", "b_", "eps", "two", None)
     tn, ty = ln_nodes("x", "t_", "eps", "two", None)
     en, ey = ln_nodes("x", "e_", "eps", "two", None)
-    nodes = n1 + n2 + [helper.make_node("If", ["c"], ["ify"],
-                                        then_branch=helper.make_graph(tn, "t", [], [vi(ty, F32, [2, 3, H])]),
-                                        else_branch=helper.make_graph(en, "e", [], [vi(ey, F32, [2, 3, H])]))]
-    m = model(nodes, [vi("x", F32, [2, 3, H]), vi("c", TensorProto.BOOL, [])],
-              [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H]), vi("ify", F32, [2, 3, H])], consts(F32), opset=13)
+    nodes = (
+        n1
+        + n2
+        + [
+            helper.make_node(
+                "If",
+                ["c"],
+                ["ify"],
+                then_branch=helper.make_graph(tn, "t", [], [vi(ty, F32, [2, 3, H])]),
+                else_branch=helper.make_graph(en, "e", [], [vi(ey, F32, [2, 3, H])]),
+            )
+        ]
+    )
+    m = model(
+        nodes,
+        [vi("x", F32, [2, 3, H]), vi("c", TensorProto.BOOL, [])],
+        [vi(y1, F32, [2, 3, H]), vi(y2, F32, [2, 3, H]), vi("ify", F32, [2, 3, H])],
+        consts(F32),
+        opset=13,
+    )
     f = run_case("opset13/onnx", m, 4, target="onnx")
     if f is not None:
         print(f"   opset after: {[(o.domain, o.version) for o in f.opset_import]}")
@@ -438,47 +560,106 @@ def case_external_data() -> None:
     n, y = ln_nodes("x", "u_", "eps", "two", None)
     nodes += n
     outs.append(vi(y, F32, [2, 3, H]))
-    big = numpy_helper.from_array(np.random.default_rng(0).normal(size=(H, H)).astype(np.float32), "W")
+    big = numpy_helper.from_array(
+        np.random.default_rng(0).normal(size=(H, H)).astype(np.float32), "W"
+    )
     inits.append(big)
     nodes.append(helper.make_node("MatMul", [y, "W"], ["mm"]))
     outs.append(vi("mm", F32, [2, 3, H]))
     m = model(nodes, [vi("x", F32, [2, 3, H])], outs, inits)
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        onnx.save(m, d / "in.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
-                  location="in.onnx.data", size_threshold=0)
+        onnx.save(
+            m,
+            d / "in.onnx",
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="in.onnx.data",
+            size_threshold=0,
+        )
         before = {p.name: sha(p) for p in d.iterdir()}
         COUNTS["cases"] += 1
         res = normfuse.optimize(str(d / "in.onnx"))
         normfuse.save(res, d / "api.onnx")
-        r = subprocess.run([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / "cli.onnx"), "--validate",
-                            "--quiet"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                NORMFUSE,
+                "optimize",
+                str(d / "in.onnx"),
+                "-o",
+                str(d / "cli.onnx"),
+                "--validate",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if r.returncode != 0:
             FAILS.append(f"extdata: CLI rc={r.returncode} {r.stderr[:300]}")
-        r2 = subprocess.run([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / "clionnx.onnx"),
-                             "--target", "onnx", "--quiet"], capture_output=True, text=True, timeout=120)
+        r2 = subprocess.run(
+            [
+                NORMFUSE,
+                "optimize",
+                str(d / "in.onnx"),
+                "-o",
+                str(d / "clionnx.onnx"),
+                "--target",
+                "onnx",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if r2.returncode != 0:
             FAILS.append(f"extdata/onnx: CLI rc={r2.returncode} {r2.stderr[:300]}")
         after = {p.name: sha(p) for p in d.iterdir() if p.name in before}
         if after != before:
             FAILS.append("extdata: input files changed")
-        stray = sorted(p.name for p in d.iterdir() if p.name.endswith(".tmp") or p.name.startswith("."))
+        stray = sorted(
+            p.name for p in d.iterdir() if p.name.endswith(".tmp") or p.name.startswith(".")
+        )
         if stray:
             FAILS.append(f"extdata: stray files {stray}")
+        (d / "sub").mkdir()
+        r3 = subprocess.run(
+            [
+                NORMFUSE,
+                "optimize",
+                str(d / "in.onnx"),
+                "-o",
+                str(d / "sub" / "far.onnx"),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if r3.returncode != 0:
+            FAILS.append(f"extdata/sub: CLI rc={r3.returncode} {r3.stderr[:300]}")
+        print(f"   sub/: {sorted(p.name for p in (d / 'sub').iterdir())}")
         orig = onnx.load(d / "in.onnx")
-        for out in ("api.onnx", "cli.onnx", "clionnx.onnx"):
+        for out in ("api.onnx", "cli.onnx", "clionnx.onnx", "sub/far.onnx"):
             if not (d / out).exists():
                 continue
             full_check(f"extdata/{out}", str(d / out))
             fm = onnx.load(d / out)
             w = compare(f"extdata/{out}", orig, fm)
             raw = onnx.load(d / out, load_external_data=False)
-            ext = [(t.name, {e.key: e.value for e in t.external_data}.get("location"))
-                   for t in raw.graph.initializer if t.data_location == TensorProto.EXTERNAL]
-            print(f"[extdata/{out}] fused={nfused(fm)} files={sorted(p.name for p in d.iterdir())} "
-                  f"external={len(ext)}/{len(fm.graph.initializer)} {sorted({loc for _, loc in ext})} worst_rel={w:.2e}")
+            ext = [
+                (t.name, {e.key: e.value for e in t.external_data}.get("location"))
+                for t in raw.graph.initializer
+                if t.data_location == TensorProto.EXTERNAL
+            ]
+            print(
+                f"[extdata/{out}] fused={nfused(fm)} files={sorted(p.name for p in d.iterdir())} "
+                f"external={len(ext)}/{len(fm.graph.initializer)} {sorted({loc for _, loc in ext})} worst_rel={w:.2e}"
+            )
             if len(ext) < 5:
-                FAILS.append(f"extdata/{out}: only {len(ext)} initializers external (5 weights were)")
+                FAILS.append(
+                    f"extdata/{out}: only {len(ext)} initializers external (5 weights were)"
+                )
             if nfused(fm) != 5:
                 FAILS.append(f"extdata/{out}: fused {nfused(fm)} != 5")
 
@@ -486,7 +667,9 @@ def case_external_data() -> None:
 # ---------------------------------------------------------------- large graphs
 
 
-def chain(n_sites: int, refuse_every: int = 0, H: int = 16, affine_every: int = 0) -> onnx.ModelProto:
+def chain(
+    n_sites: int, refuse_every: int = 0, H: int = 16, affine_every: int = 0
+) -> onnx.ModelProto:
     nodes = []
     cur = "x"
     inits = consts(F32)
@@ -495,7 +678,9 @@ def chain(n_sites: int, refuse_every: int = 0, H: int = 16, affine_every: int = 
         n, y = ln_nodes(cur, f"s{i}_", "eps", "two", None, refused=refused)
         nodes += n
         if affine_every and i % affine_every == 0:
-            inits.append(numpy_helper.from_array(np.full([H], 1.0 + (i % 7) * 0.1, np.float32), f"g{i}"))
+            inits.append(
+                numpy_helper.from_array(np.full([H], 1.0 + (i % 7) * 0.1, np.float32), f"g{i}")
+            )
             nodes.append(helper.make_node("Mul", [y, f"g{i}"], [f"s{i}_g"]))
             y = f"s{i}_g"
         # keep numbers moving: add input back so every site sees fresh offsets
@@ -516,9 +701,21 @@ def case_large() -> None:
             for k in range(2):
                 COUNTS["cases"] += 1
                 t0 = time.time()
-                r = subprocess.run([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / f"o{k}.onnx"),
-                                    "--quiet", "--report", str(d / f"r{k}.json")],
-                                   capture_output=True, text=True, timeout=300)
+                r = subprocess.run(
+                    [
+                        NORMFUSE,
+                        "optimize",
+                        str(d / "in.onnx"),
+                        "-o",
+                        str(d / f"o{k}.onnx"),
+                        "--quiet",
+                        "--report",
+                        str(d / f"r{k}.json"),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 dt = time.time() - t0
                 if r.returncode != 0:
                     FAILS.append(f"{tag}: rc={r.returncode} {r.stderr[:300]}")
@@ -534,51 +731,205 @@ def case_large() -> None:
                 k = nfused(fm)
                 full_check(tag, fm)
                 w = compare(tag, m, fm)
-                ones = [t.name for t in fm.graph.initializer if t.name not in {x.name for x in m.graph.initializer}]
-                print(f"[{tag}] fused={k} expect={expect} identical={len(outs) == 2 and outs[0] == outs[1]} "
-                      f"created_inits={len(ones)} last_run={dt:.1f}s worst_rel={w:.2e}")
+                ones = [
+                    t.name
+                    for t in fm.graph.initializer
+                    if t.name not in {x.name for x in m.graph.initializer}
+                ]
+                print(
+                    f"[{tag}] fused={k} expect={expect} identical={len(outs) == 2 and outs[0] == outs[1]} "
+                    f"created_inits={len(ones)} last_run={dt:.1f}s worst_rel={w:.2e}"
+                )
                 if k != expect:
                     FAILS.append(f"{tag}: fused {k} != {expect}")
             # validate once on the largest (one run)
             if n_sites == 700 and refuse:
                 COUNTS["cases"] += 1
                 t0 = time.time()
-                r = subprocess.run([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / "v.onnx"),
-                                    "--quiet", "--validate"], capture_output=True, text=True, timeout=300)
-                print(f"[{tag}/validate] rc={r.returncode} {time.time() - t0:.1f}s {r.stderr[-200:]!r}")
+                r = subprocess.run(
+                    [
+                        NORMFUSE,
+                        "optimize",
+                        str(d / "in.onnx"),
+                        "-o",
+                        str(d / "v.onnx"),
+                        "--quiet",
+                        "--validate",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                print(
+                    f"[{tag}/validate] rc={r.returncode} {time.time() - t0:.1f}s {r.stderr[-200:]!r}"
+                )
                 if r.returncode != 0:
                     FAILS.append(f"{tag}/validate: rc={r.returncode} {r.stderr[:300]}")
                 elif (d / "v.onnx").read_bytes() != outs[0]:
-                    print(f"   note: --validate output differs from plain output (fused {nfused(onnx.load(d / 'v.onnx'))})")
+                    print(
+                        f"   note: --validate output differs from plain output (fused {nfused(onnx.load(d / 'v.onnx'))})"
+                    )
+
+
+def case_large_scopes() -> None:
+    """A 5k+ node graph whose sites also sit in If branches, a Loop body and a local function,
+    float16 and float32 side by side; run twice through the CLI (byte-identical), --target onnx."""
+    H = 16
+    big = chain(720, 9, H=H, affine_every=5)
+    g = big.graph
+    nodes = list(g.node)
+    tn, ty = ln_nodes("x", "t_", "eps", "two", None)
+    en, ey = ln_nodes("x", "e_", "eps", "two", None)
+    nodes.append(
+        helper.make_node(
+            "If",
+            ["c"],
+            ["ify"],
+            then_branch=helper.make_graph(tn, "t", [], [vi(ty, F32, [2, 3, H])]),
+            else_branch=helper.make_graph(en, "e", [], [vi(ey, F32, [2, 3, H])]),
+        )
+    )
+    nodes += [
+        helper.make_node("F1", ["x"], ["fy1"], domain="local"),
+        helper.make_node("F1", ["x"], ["fy2"], domain="local"),
+    ]
+    hn, hy = ln_nodes("h", "h_", "heps", "htwo", None)
+    nodes += hn
+    m = model(
+        nodes,
+        [*g.input, vi("c", TensorProto.BOOL, []), vi("h", F16, [2, 3, H])],
+        [
+            *g.output,
+            vi("ify", F32, [2, 3, H]),
+            vi("fy1", F32, [2, 3, H]),
+            vi("fy2", F32, [2, 3, H]),
+            vi(hy, F16, [2, 3, H]),
+        ],
+        list(g.initializer) + consts(F16, "h"),
+        functions=[_fn("F1", H, F32)],
+        extra_opsets=[helper.make_opsetid("local", 1)],
+    )
+    print(f"   nodes={len(m.graph.node)}")
+    for target in ("ort", "onnx"):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            onnx.save(m, d / "in.onnx")
+            h0 = sha(d / "in.onnx")
+            outs = []
+            for k in range(2):
+                COUNTS["cases"] += 1
+                r = subprocess.run(
+                    [
+                        NORMFUSE,
+                        "optimize",
+                        str(d / "in.onnx"),
+                        "-o",
+                        str(d / f"o{k}.onnx"),
+                        "--quiet",
+                        "--target",
+                        target,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                if r.returncode != 0:
+                    FAILS.append(f"large-scopes/{target}: rc={r.returncode} {r.stderr[:300]}")
+                    break
+                outs.append((d / f"o{k}.onnx").read_bytes())
+            if sha(d / "in.onnx") != h0:
+                FAILS.append(f"large-scopes/{target}: input changed")
+            if len(outs) == 2:
+                fm = onnx.load_from_string(outs[0])
+                full_check(f"large-scopes/{target}", fm)
+                w = compare(f"large-scopes/{target}", m, fm)
+                print(
+                    f"[large-scopes/{target}] fused={nfused(fm)} expect={720 - 80 + 2 + 1 + 1} identical={outs[0] == outs[1]} "
+                    f"created={created_inits(m, fm)} worst_rel={w:.2e}"
+                )
+                if outs[0] != outs[1]:
+                    FAILS.append(f"large-scopes/{target}: two runs differ")
+                if nfused(fm) != 720 - 80 + 4:
+                    FAILS.append(f"large-scopes/{target}: fused {nfused(fm)} != {720 - 80 + 4}")
+
+
+def case_if_fn_main() -> None:
+    """Minimal: a main-graph site, an If node (no site needed in it) and a local-function call.
+    Valid model (checker full_check, ORT loads); normfuse refuses it with 'nests too deeply'."""
+    H = 8
+    f = helper.make_function(
+        "local",
+        "F1",
+        ["X"],
+        ["Y"],
+        [helper.make_node("Relu", ["X"], ["Y"])],
+        [helper.make_opsetid("", 17)],
+    )
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["ty"])], "t", [], [vi("ty", F32, [2, 3, H])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["ey"])], "e", [], [vi("ey", F32, [2, 3, H])]
+    )
+    n, y = ln_nodes("x", "m_", "eps", "two", None)
+    nodes = [
+        helper.make_node("If", ["c"], ["y1"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("F1", ["x"], ["y2"], domain="local"),
+        *n,
+    ]
+    m = model(
+        nodes,
+        [vi("x", F32, [2, 3, H]), vi("c", TensorProto.BOOL, [])],
+        [vi("y1", F32, [2, 3, H]), vi("y2", F32, [2, 3, H]), vi(y, F32, [2, 3, H])],
+        consts(F32),
+        functions=[f],
+        extra_opsets=[helper.make_opsetid("local", 1)],
+    )
+    run_case("if+fn+main-site", m, 1)
 
 
 def case_signals() -> None:
     m = chain(2500, 7, affine_every=4)
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        for delay in (1.0, 3.0, 6.0):
+        for delay in (1.0, 3.0, 6.0, 7.5, 8.5):
             COUNTS["cases"] += 1
             with tempfile.TemporaryDirectory() as d:
                 d = Path(d)
                 onnx.save(m, d / "in.onnx")
                 (d / "old.onnx").write_bytes(b"OLD")
                 before = {p.name: sha(p) for p in d.iterdir()}
-                p = subprocess.Popen([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / "old.onnx"),
-                                      "--report", str(d / "rep.json"), "--quiet"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                p = subprocess.Popen(
+                    [
+                        NORMFUSE,
+                        "optimize",
+                        str(d / "in.onnx"),
+                        "-o",
+                        str(d / "old.onnx"),
+                        "--report",
+                        str(d / "rep.json"),
+                        "--quiet",
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
                 time.sleep(delay)
                 finished = p.poll() is not None
                 if not finished:
                     os.kill(p.pid, sig)
+                t_sig = time.time()
                 try:
-                    out, err = p.communicate(timeout=60)
+                    _out, err = p.communicate(timeout=60)
                 except subprocess.TimeoutExpired:
                     os.kill(p.pid, signal.SIGKILL)
                     FAILS.append(f"signal {sig.name}@{delay}s: hang after signal")
                     continue
                 names = sorted(x.name for x in d.iterdir())
                 tb = "Traceback" in err
-                print(f"[signal {sig.name}@{delay}s] finished_before={finished} rc={p.returncode} files={names} "
-                      f"stderr={err.strip()[-160:]!r}")
+                print(
+                    f"[signal {sig.name}@{delay}s] finished_before={finished} rc={p.returncode} exit_after={time.time() - t_sig:.2f}s files={names} "
+                    f"stderr={err.strip()[-160:]!r}"
+                )
                 if finished:
                     continue
                 if p.returncode != code:
@@ -600,19 +951,51 @@ def case_large_error() -> None:
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         onnx.save(m, d / "in.onnx")
-        r = subprocess.run([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / "o.onnx"), "--validate",
-                            "--dims", "nosuch=3", "--quiet"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                NORMFUSE,
+                "optimize",
+                str(d / "in.onnx"),
+                "-o",
+                str(d / "o.onnx"),
+                "--validate",
+                "--dims",
+                "nosuch=3",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         names = sorted(x.name for x in d.iterdir())
-        print(f"[large-error/bad-dims] rc={r.returncode} files={names} stderr={r.stderr.strip()[:200]!r}")
+        print(
+            f"[large-error/bad-dims] rc={r.returncode} files={names} stderr={r.stderr.strip()[:200]!r}"
+        )
         if r.returncode != 2 or names != ["in.onnx"] or "Traceback" in r.stderr:
             FAILS.append(f"large-error/bad-dims: rc={r.returncode} files={names}")
         # an npz with wrong shape for validate
         (d / "o.onnx").unlink(missing_ok=True)
         np.savez(d / "bad.npz", x=np.zeros([4, 3, 5], np.float32))
-        r = subprocess.run([NORMFUSE, "optimize", str(d / "in.onnx"), "-o", str(d / "o.onnx"), "--validate",
-                            "--inputs", str(d / "bad.npz"), "--quiet"], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                NORMFUSE,
+                "optimize",
+                str(d / "in.onnx"),
+                "-o",
+                str(d / "o.onnx"),
+                "--validate",
+                "--inputs",
+                str(d / "bad.npz"),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         names = sorted(x.name for x in d.iterdir())
-        print(f"[large-error/bad-npz] rc={r.returncode} files={names} stderr={r.stderr.strip()[:200]!r}")
+        print(
+            f"[large-error/bad-npz] rc={r.returncode} files={names} stderr={r.stderr.strip()[:200]!r}"
+        )
         if r.returncode != 2 or names != ["bad.npz", "in.onnx"] or "Traceback" in r.stderr:
             FAILS.append(f"large-error/bad-npz: rc={r.returncode} files={names}")
 
@@ -628,6 +1011,8 @@ CASES = {
     "external_data": case_external_data,
     "large": case_large,
     "large_error": case_large_error,
+    "large_scopes": case_large_scopes,
+    "if_fn_main": case_if_fn_main,
     "signals": case_signals,
 }
 
@@ -638,10 +1023,12 @@ def main() -> int:
         t0 = time.time()
         try:
             CASES[name]()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             FAILS.append(f"{name}: probe crashed {type(e).__name__}: {str(e)[:300]}")
         print(f"-- {name} {time.time() - t0:.1f}s")
-    print(f"\ncases={COUNTS['cases']} numeric_checks={COUNTS['numeric_checks']} failures={len(FAILS)}")
+    print(
+        f"\ncases={COUNTS['cases']} numeric_checks={COUNTS['numeric_checks']} failures={len(FAILS)}"
+    )
     for f in FAILS:
         print("FAIL", f)
     return 1 if FAILS else 0
