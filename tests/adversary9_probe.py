@@ -123,6 +123,13 @@ def feeds_for(m: onnx.ModelProto, dims: dict, seed: int) -> dict[str, dict[str, 
     out["constant_rows"] = conv(
         lambda v: np.broadcast_to(v[..., :1], v.shape).copy() if v.ndim else v
     )
+    if any(v.dtype == np.bool_ for v in base.values()):
+        out["random/else-branch"] = {
+            k: (np.array(False) if v.dtype == np.bool_ else v) for k, v in out["random"].items()
+        }
+        out["offset1e3/else-branch"] = {
+            k: (np.array(False) if v.dtype == np.bool_ else v) for k, v in out["offset1e3"].items()
+        }
     return out
 
 
