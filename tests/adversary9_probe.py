@@ -8,6 +8,7 @@ functions). Prints one line per case and a summary; exits 1 on any failure.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -943,10 +944,73 @@ def case_signals() -> None:
                     FAILS.append(f"signal {sig.name}@{delay}s: rc={p.returncode} != {code}")
                 if tb:
                     FAILS.append(f"signal {sig.name}@{delay}s: traceback on stderr")
+                if (d / "rep.json").exists():
+                    # the signal came after the commit: both outputs must be whole
+                    onnx.checker.check_model(str(d / "old.onnx"), full_check=True)
+                    json.loads((d / "rep.json").read_text())
+                    FAILS.append(
+                        f"signal {sig.name}@{delay}s: outputs committed (whole) but rc={p.returncode} "
+                        f"and stderr {err.strip()[-80:]!r}"
+                    )
+                    continue
                 if names != sorted(before):
                     FAILS.append(f"signal {sig.name}@{delay}s: files left {names}")
                 if {x: sha(d / x) for x in before} != before:
                     FAILS.append(f"signal {sig.name}@{delay}s: existing file changed")
+
+
+def case_signal_after_commit() -> None:
+    """Signal sent the moment the committed outputs appear: they must be whole; records the exit
+    code and message the run reports then."""
+    m = chain(2500, 7, affine_every=4)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        COUNTS["cases"] += 1
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            onnx.save(m, d / "in.onnx")
+            (d / "old.onnx").write_bytes(b"OLD")
+            p = subprocess.Popen(
+                [
+                    NORMFUSE,
+                    "optimize",
+                    str(d / "in.onnx"),
+                    "-o",
+                    str(d / "old.onnx"),
+                    "--report",
+                    str(d / "rep.json"),
+                    "--quiet",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            while (
+                p.poll() is None
+                and not (d / "rep.json").exists()
+                and (d / "old.onnx").read_bytes() == b"OLD"
+            ):
+                time.sleep(0.002)
+            state = sorted(x.name for x in d.iterdir())
+            sent = p.poll() is None
+            if sent:
+                os.kill(p.pid, sig)
+            _, err = p.communicate(timeout=60)
+            whole = True
+            try:
+                onnx.checker.check_model(str(d / "old.onnx"), full_check=True)
+                json.loads((d / "rep.json").read_text())
+            except Exception as e:
+                whole = False
+                FAILS.append(f"signal-after-commit {sig.name}: partial output {str(e)[:100]}")
+            print(
+                f"[signal-after-commit {sig.name}] sent={sent} files_when_sent={state} rc={p.returncode} "
+                f"outputs_whole={whole} stderr={err.strip()[-120:]!r}"
+            )
+            if sent and p.returncode != 0:
+                FAILS.append(
+                    f"signal-after-commit {sig.name}: outputs committed but rc={p.returncode}, "
+                    f"stderr {err.strip()[-80:]!r}"
+                )
 
 
 def case_large_error() -> None:
@@ -1021,6 +1085,7 @@ CASES = {
     "large_scopes": case_large_scopes,
     "if_fn_main": case_if_fn_main,
     "signals": case_signals,
+    "signal_after_commit": case_signal_after_commit,
 }
 
 
