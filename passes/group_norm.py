@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from normfuse.passes.layer_norm import STATISTICS
+from normfuse.passes.layer_norm import DOWNCAST_STATISTICS, STATISTICS
 
 from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
@@ -100,7 +100,7 @@ _GROUP_NORMALIZATION_TYPES = {
 }
 # A float16 model's statistics in float32 (diffusers): Cast(x) ... Cast(back), between the Reshapes.
 PATTERNS = (
-    Op("Cast", STATISTICS, name="downcast"),
+    DOWNCAST_STATISTICS,
     STATISTICS,
     _DYNAMO_VAR,
     _DYNAMO_RSQRT,

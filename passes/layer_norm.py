@@ -123,12 +123,15 @@ _normed = AnyOf(
     ),
 )
 
-# The statistics without affine, shared with the group-norm pass.
-STATISTICS = _normed
-
 
 def _downcast(pattern: Op | AnyOf) -> Op:
     return Op("Cast", pattern, name="downcast")
+
+
+# The statistics without affine (and cast back), shared with the group-norm pass: the very
+# objects, so the driver matches each once for both passes (`rewrite.SharedMatches`).
+STATISTICS = _normed
+DOWNCAST_STATISTICS = _downcast(_normed)
 
 
 def _parameter(name: str) -> AnyOf:
@@ -172,8 +175,8 @@ _LOOKALIKE = (
 PATTERNS = (
     *_affine(AnyOf(_downcast(_normed), _normed)),
     *(_downcast(pattern) for pattern in _affine(_normed)),
-    _downcast(_normed),
-    _normed,
+    DOWNCAST_STATISTICS,
+    STATISTICS,
     *_KERAS,
     *_LOOKALIKE,
 )

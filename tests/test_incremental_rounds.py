@@ -18,9 +18,9 @@ def scans(monkeypatch):
     seen: list[str] = []
     original = rewrite.find_sites
 
-    def recording(graph, fusion_pass, context):
+    def recording(graph, fusion_pass, context, shared=None):
         seen.append(fusion_pass.name)
-        return original(graph, fusion_pass, context)
+        return original(graph, fusion_pass, context, shared)
 
     monkeypatch.setattr(rewrite, "find_sites", recording)
     return seen
@@ -54,3 +54,34 @@ def test_nothing_fused_means_one_round(scans):
     assert scans == ["group-norm", "layer-norm", "rms-norm"]
     assert result.report.sites == []
     assert [miss.reason for miss in result.report.near_misses] == ["epsilon-outside-sqrt"]
+
+
+def test_a_pattern_two_passes_share_is_matched_once_while_the_graph_is_unchanged(monkeypatch):
+    """group-norm and layer-norm both have the statistics patterns: one match per tensor while
+    nothing is rewritten (here nothing fuses), with the same verdicts as unshared scans."""
+    from normfuse.passes import layer_norm
+
+    shared_patterns = {id(layer_norm.STATISTICS), id(layer_norm.DOWNCAST_STATISTICS)}
+    calls: list[tuple[int, int]] = []
+    original = rewrite.match_first
+
+    def counting(pattern, tensor, reader):
+        if id(pattern) in shared_patterns:
+            calls.append((id(pattern), id(tensor)))
+        return original(pattern, tensor, reader)
+
+    monkeypatch.setattr(rewrite, "match_first", counting)
+    spec = builders.LayerNormSpec(epsilon_outside_sqrt=True)
+    model = builders.norm_model(spec, (2, 4, 8), layers=3)
+    result = normfuse.optimize(model, passes=["group-norm", "layer-norm"])
+    assert calls and len(calls) == len(set(calls))
+    assert result.report.sites == []
+    reasons = [(miss.kind, miss.reason) for miss in result.report.near_misses]
+    assert reasons == [("layer-norm", "epsilon-outside-sqrt")] * 3
+
+    calls.clear()  # the same scans, each pass on its own: every shared match is made twice
+    unshared = lambda self, pattern, tensor, facts: rewrite.match_first(pattern, tensor, facts)  # noqa: E731
+    monkeypatch.setattr(rewrite.SharedMatches, "first", unshared)
+    alone = normfuse.optimize(model, passes=["group-norm", "layer-norm"])
+    assert len(calls) == 2 * len(set(calls))
+    assert alone.report.near_misses == result.report.near_misses

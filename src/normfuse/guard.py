@@ -84,6 +84,27 @@ class OutputGuard:
             check_structure(optimised)
         except NormfuseError as error:
             return Failure("output-structure", str(error))
+        reference = self._run_reference()
+        run = None
+        if reference is not None and self._threaded:  # its load overlaps the checks below
+            run = _Worker(lambda: reference.failure(optimised))
+        try:
+            found = self._weightless_failure(optimised, ort_only, loads=reference is None)
+        except BaseException:
+            if run is not None:  # nothing of a check outlives it, not even on an error
+                run.join()
+            raise
+        ran = None if run is None else run.wait()
+        if found is not None or reference is None:
+            return found
+        return ran if run is not None else reference.failure(optimised)
+
+    def _weightless_failure(
+        self, optimised: onnx.ModelProto, ort_only: bool, loads: bool
+    ) -> Failure | None:
+        """The first check on `optimised`'s skeleton that it fails and the original passes:
+        the checker (not for ORT-only output), strict inference, and, with `loads` (no run
+        proves it), ONNX Runtime's load."""
         after = skeleton(optimised)
         checks: list[tuple[str, Callable, str]] = [
             ("output-fails-checker", _checker_error, "onnx.checker"),
@@ -91,22 +112,13 @@ class OutputGuard:
         ]
         if ort_only:
             checks = checks[1:]
-        reference = self._run_reference()
-        if reference is None:
+        if loads:
             checks.append(("output-does-not-load", _session_error, "ONNX Runtime"))
-        run = None
-        if reference is not None and self._threaded:  # its load overlaps the checks below
-            run = _Worker(lambda: reference.failure(optimised))
-        found = None  # the first check `after` fails and the original passes
         for reason, check, what in checks:
             error = check(after)
             if error is not None and self._original_error(check, what) is None:
-                found = Failure(reason, f"{what}: {error}")
-                break
-        ran = None if run is None else run.wait()
-        if found is not None or reference is None:
-            return found
-        return ran if run is not None else reference.failure(optimised)
+                return Failure(reason, f"{what}: {error}")
+        return None
 
     def _original_error(self, check: Callable, what: str) -> str | None:
         """`check` on the original's skeleton, computed once (a model that was already stale or

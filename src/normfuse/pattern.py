@@ -109,15 +109,21 @@ class Match:
         return self.tensors[name].inputs[0]
 
 
-@dataclass(frozen=True)
 class _State:
-    tensors: Mapping[str, gs.Tensor]
-    nodes: tuple[gs.Node, ...]
+    """Bindings and covered nodes of a partial match; never changed (a step makes a new one)."""
+
+    __slots__ = ("nodes", "tensors")
+
+    def __init__(self, tensors: Mapping[str, gs.Tensor], nodes: tuple[gs.Node, ...]) -> None:
+        self.tensors = tensors
+        self.nodes = nodes
 
     def bind(self, name: str, tensor: gs.Tensor) -> _State | None:
         bound = self.tensors.get(name)
         if bound is None:
-            return _State({**self.tensors, name: tensor}, self.nodes)
+            tensors = dict(self.tensors)
+            tensors[name] = tensor
+            return _State(tensors, self.nodes)
         return self if equivalent(bound, tensor) else None
 
     def add(self, node: gs.Node) -> _State:

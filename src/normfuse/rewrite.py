@@ -20,6 +20,7 @@ import onnx_graphsurgeon as gs
 from normfuse import final_check
 from normfuse.constants import DEFAULT_DOMAINS, Constants
 from normfuse.context import Context
+from normfuse.facts import ScopeFacts
 from normfuse.final_check import check_attribute_values
 from normfuse.float16_moves import LIFTABLE
 from normfuse.graph_import import scopes as graph_scopes
@@ -84,6 +85,7 @@ def run(
         if function_context is not None:
             scopes.append((scope, function_context, key))
     names = _NameRegistry([scope for scope, _, _ in scopes])
+    shared = SharedMatches(passes)
     result = RunResult()
     # A later round rescans a (pass, scope) only if some scope changed since that pass last
     # scanned it (scopes share outer tensors, so any rewrite counts); otherwise its verdicts are
@@ -98,13 +100,15 @@ def run(
             for scope_index, (scope, scope_context, function) in enumerate(scopes):
                 seen, misses = last_scan.get((pass_index, scope_index), (-1, []))
                 if seen != changes:
-                    sites, misses = find_sites(scope, fusion_pass, scope_context)
+                    sites, misses = find_sites(scope, fusion_pass, scope_context, shared)
                     last_scan[(pass_index, scope_index)] = (changes, misses)
                     sites = [replace(site, function=function) for site in sites]
                     apply_sites(scope, sites, names, scope_context.facts)
                     result.sites.extend(sites)
                     fused_this_round += len(sites)
                     changes += bool(sites)
+                    if sites:
+                        shared.forget()
                 near_misses.extend(misses)
         result.near_misses = near_misses
         if not fused_this_round:
@@ -113,18 +117,23 @@ def run(
 
 
 def find_sites(
-    graph: gs.Graph, fusion_pass: FusionPass, context: Context
+    graph: gs.Graph,
+    fusion_pass: FusionPass,
+    context: Context,
+    shared: SharedMatches | None = None,
 ) -> tuple[list[Site], list[NearMiss]]:
     """Every site `fusion_pass` would fuse in `graph` (non-overlapping) and every near-miss.
     A match is a subgraph of `graph` itself: one reaching into an enclosing scope's nodes is not
-    a candidate here (it belongs to no single scope's rewrite)."""
+    a candidate here (it belongs to no single scope's rewrite). `shared` holds the matches of
+    patterns another pass also has, found since the graph last changed."""
     context.facts.forget()  # static values derived before a rewrite are not reused after it
+    shared = shared or SharedMatches([fusion_pass])
     candidates: dict[int, list[Match]] = {}
     in_scope = {id(node) for node in graph.nodes}
     roots = _RootIndex(fusion_pass.patterns)
     for node in graph.nodes:
         for tensor, pattern in roots.candidates(node):
-            found = match_first(pattern, tensor, context.facts)
+            found = shared.first(pattern, tensor, context.facts)
             if found is not None and all(id(n) in in_scope for n in found.nodes):
                 key = id(fusion_pass.site_key(found))
                 candidates.setdefault(key, []).append(found)
@@ -142,6 +151,37 @@ def find_sites(
         elif outcome is not None:
             near_misses.append(outcome)
     return _without_overlaps(sites, graph), near_misses
+
+
+class SharedMatches:
+    """`match_first` of the patterns that more than one pass has (the same objects: the
+    group-norm and layer-norm statistics), remembered by tensor until `forget`: while the graph
+    is unchanged a match is a function of the graph and the scope's constants (read once, never
+    changed by a rewrite), so the second pass takes the first one's."""
+
+    def __init__(self, passes: Sequence[FusionPass]) -> None:
+        owners: dict[int, tuple[Pattern, set[int]]] = {}  # by identity: patterns are held
+        for index, fusion_pass in enumerate(passes):
+            for pattern in fusion_pass.patterns:
+                owners.setdefault(id(pattern), (pattern, set()))[1].add(index)
+        self._shared = {key: pattern for key, (pattern, found) in owners.items() if len(found) > 1}
+        self._found: dict[tuple[int, int, int], tuple[gs.Tensor, Match | None]] = {}
+
+    def first(self, pattern: Pattern, tensor: gs.Tensor, facts: ScopeFacts) -> Match | None:
+        """`match_first(pattern, tensor, facts)`, remembered where `pattern` is shared."""
+        if id(pattern) not in self._shared:
+            return match_first(pattern, tensor, facts)
+        key = (id(pattern), id(tensor), id(facts))
+        entry = self._found.get(key)
+        if entry is not None and entry[0] is tensor:  # the tensor is held: its id is its own
+            return entry[1]
+        found = match_first(pattern, tensor, facts)
+        self._found[key] = (tensor, found)
+        return found
+
+    def forget(self) -> None:
+        """Drop every remembered match: the graph has changed."""
+        self._found.clear()
 
 
 class _RootIndex:

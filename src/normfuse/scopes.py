@@ -31,8 +31,9 @@ def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """`graph` and every graph nested in it, outermost first."""
     yield graph
     for node in graph.node:
-        for subgraph in subgraphs(node):
-            yield from all_graphs(subgraph)
+        if node.attribute:  # a node without attributes holds no graph
+            for subgraph in subgraphs(node):
+                yield from all_graphs(subgraph)
 
 
 def definitions(graph: onnx.GraphProto) -> list[str]:
@@ -165,6 +166,8 @@ def _has_redefinitions(model: onnx.ModelProto) -> bool:
         body.input.extend(onnx.ValueInfoProto(name=name) for name in function.input)
         namespaces.append(list(all_graphs(body)))
     for graphs in namespaces:
+        if len(graphs) == 1:  # one scope: each name is defined once there (or it is invalid)
+            continue
         counts = Counter(name for graph in graphs for name in set(definitions(graph)))
         if any(count > 1 for count in counts.values()):
             return True

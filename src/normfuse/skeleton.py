@@ -22,7 +22,17 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with every initializer over `KEPT_ELEMENTS` elements, or stored externally, given
     as a graph input of the same type and shape instead (the model itself is not changed)."""
     source = model.graph
-    graph = onnx.GraphProto(name=source.name)
+    copy = onnx.ModelProto(
+        ir_version=model.ir_version,
+        producer_name=model.producer_name,
+        producer_version=model.producer_version,
+        domain=model.domain,
+        model_version=model.model_version,
+    )
+    copy.opset_import.extend(model.opset_import)
+    copy.functions.extend(model.functions)
+    graph = copy.graph  # filled in place: one copy of the nodes, not two
+    graph.name = source.name
     graph.node.extend(source.node)
     graph.input.extend(source.input)
     graph.output.extend(source.output)
@@ -36,14 +46,4 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
             graph.input.append(
                 onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
             )
-    copy = onnx.ModelProto(
-        ir_version=model.ir_version,
-        producer_name=model.producer_name,
-        producer_version=model.producer_version,
-        domain=model.domain,
-        model_version=model.model_version,
-    )
-    copy.opset_import.extend(model.opset_import)
-    copy.functions.extend(model.functions)
-    copy.graph.CopyFrom(graph)
     return copy
