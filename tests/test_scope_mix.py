@@ -128,6 +128,56 @@ def test_main_site_beside_if_and_function_call_fuses(nested_sites: bool, target:
         assert_same_numerics(original, fused, base=base)
 
 
+def test_branch_site_beside_an_inner_if_and_a_function_fuses() -> None:
+    """The same recursion hit a branch holding a site and an inner `If` when the model has a local
+    function (gs sorted the shared function list from the branch): it fuses now."""
+    inner = helper.make_node(
+        "If",
+        ["c"],
+        ["inner_y"],
+        then_branch=_branch("it", "Neg", False),
+        else_branch=_branch("ie", "Abs", False),
+    )
+    norm, out = _layer_norm("x", "b_")
+    then_branch = helper.make_graph(
+        [inner, *norm, helper.make_node("Add", [out, "inner_y"], ["t_out"])],
+        "t",
+        [],
+        [helper.make_tensor_value_info("t_out", F, SHAPE)],
+    )
+    nodes = [
+        helper.make_node(
+            "If", ["c"], ["y_if"], then_branch=then_branch, else_branch=_branch("e", "Abs", False)
+        ),
+        helper.make_node("F1", ["x"], ["y_fn"], domain=DOMAIN),
+    ]
+    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
+    graph = helper.make_graph(
+        nodes,
+        "nested",
+        [
+            helper.make_tensor_value_info("x", F, SHAPE),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info(name, F, SHAPE) for name in ("y_if", "y_fn")],
+        [eps],
+    )
+    original = helper.make_model(graph, opset_imports=OPSETS, functions=[_function(False)])
+    original.ir_version = 8
+    onnx.checker.check_model(original, full_check=True)
+    result = normfuse.optimize(original)
+    assert [site.output for site in result.report.sites] == ["b_y"]
+    assert [miss.reason for miss in result.report.near_misses] == []
+    fused = result.model
+    onnx.checker.check_model(fused, full_check=True)
+    then_ops = [node.op_type for node in _attribute_graph(fused.graph.node[0], "then_branch").node]
+    assert then_ops == ["If", "LayerNormalization", "Add"]
+    assert list(fused.functions) == list(original.functions)
+    for condition in (True, False):
+        base = {**random_inputs(original, seed=5), "c": np.array(condition)}
+        assert_same_numerics(original, fused, base=base)
+
+
 def _chain_against_its_flow(length: int) -> onnx.ModelProto:
     """A layer norm of `x`, and a chain of `length` Relus of `z` listed last node first: gs
     sorts it by recursing once per link (ONNX Runtime sorts it and runs it)."""

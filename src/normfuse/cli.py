@@ -27,7 +27,7 @@ from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
 from normfuse.errors import NormfuseError, debugging, printable, runtime_message
-from normfuse.inputs import input_hint, parse_dims, symbolic_dims
+from normfuse.inputs import check_inputs, input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
@@ -619,6 +619,8 @@ def _optimize_one(
             print(text, file=stream)
 
     options = _validation_options(args) if args.validate else None
+    if args.bench:  # the timed inputs are checked before any work, as validation's are
+        check_inputs(loaded.model, parse_dims(args.dims), args.inputs)
     result = normfuse.optimize(
         loaded.model,
         target=args.target,
