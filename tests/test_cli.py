@@ -663,3 +663,44 @@ def _with_external_data_key(tmp_path: Path, key: str) -> Path:
         entry.key, entry.value = key, "1"
     path.write_bytes(model.SerializeToString())
     return path
+
+
+DIMS_TYPO = "--dims nosuch: no input has such a dimension; the model's symbolic dims are: batch"
+SHAPE_ERROR = "--inputs 'x' has shape [4, 3, 5], expected ['batch', 7, 32]"
+TIMED = ["--bench", "--runs", "2", "--warmup", "0"]
+EARLY_INPUT_ERRORS = {  # options ("NPZ": the wrong-shaped file), the error line
+    "validate-dims-typo": (["--validate", "--dims", "nosuch=3"], DIMS_TYPO),
+    "validate-npz-shape": (["--validate", "--inputs", "NPZ"], SHAPE_ERROR),
+    "bench-dims-typo": ([*TIMED, "--dims", "nosuch=3"], DIMS_TYPO),
+    "bench-npz-shape": ([*TIMED, "--inputs", "NPZ"], SHAPE_ERROR),
+}
+
+
+@pytest.mark.parametrize("case", EARLY_INPUT_ERRORS)
+def test_dims_and_inputs_errors_come_before_any_work(
+    tmp_path: Path, capfd, monkeypatch, case: str
+) -> None:
+    """ADV9-04: a `--dims` typo or an `--inputs` array of the wrong shape is refused right after
+    the model is loaded: exit 2, the same one line, nothing written, and neither the model view,
+    the output guard's run nor the rewrite started."""
+    import numpy as np
+
+    import normfuse
+
+    model = write(norm_model(LayerNormSpec()), tmp_path / "m.onnx")  # x: [batch, 7, 32]
+    npz = tmp_path / "bad.npz"
+    np.savez(npz, x=np.zeros((4, 3, 5), np.float32))
+    started: list[str] = []
+    for owner, name in [
+        (normfuse.model_view, "build"),
+        (normfuse.rewrite, "run"),
+        (normfuse.guard.OutputGuard, "start"),
+    ]:
+        monkeypatch.setattr(owner, name, lambda *a, _name=name, **k: started.append(_name))
+    options, line = EARLY_INPUT_ERRORS[case]
+    options = [str(npz) if option == "NPZ" else option for option in options]
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    done = run_cli(capfd, "optimize", str(model), "-o", str(out), "--report", str(report), *options)
+    assert (done.returncode, done.stderr) == (2, f"normfuse: error: {line}\n")
+    assert started == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npz", "m.onnx"]

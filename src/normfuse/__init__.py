@@ -19,6 +19,7 @@ import onnx_graphsurgeon as gs
 from normfuse import (
     collector,
     guard,
+    inputs,
     model_io,
     model_view,
     placement,
@@ -87,13 +88,16 @@ def optimize(
     in external data, `base_dir` is the folder they are in. With `validation`, each fused site is
     run alone against its original subgraph, failing sites are left decomposed (near-miss
     `failed-validation`), and the whole model is compared with the original; the outcome is
-    `report.validation`. With `tune_for` ("cpu" or "cuda"), residual fusion is added and each
-    site's form (Skip* or not, fused or decomposed) is chosen by timing it on that provider
-    (`report.tuning`), at the shapes the model has with the symbolic dimension sizes `dims`
+    `report.validation` (its `dims` and `npz` are checked against the model before any work).
+    With `tune_for` ("cpu" or "cuda"), residual fusion is added and each site's form (Skip* or
+    not, fused or decomposed) is chosen by timing it on that provider (`report.tuning`), at the
+    shapes the model has with the symbolic dimension sizes `dims`
     (batch-like dims default to 1; any other unknown one is an error). The input is never
     modified.
     """
     loaded = _load(model, base_dir)
+    if validation is not None:  # a `dims` typo or a wrong `.npz` is refused before any work
+        inputs.check_inputs(loaded.model, validation.dims, validation.npz)
     output_guard = guard.OutputGuard(loaded.model)
     if tune_for is None:  # timed forms share the CPU with nothing
         output_guard.start()  # a large original's run overlaps the rewrite

@@ -1,5 +1,5 @@
 """`python -m normfuse` runs the command line."""
 
-from normfuse.cli import main
+from normfuse.cli import program
 
-raise SystemExit(main())
+raise SystemExit(program())

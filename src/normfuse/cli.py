@@ -27,7 +27,7 @@ from normfuse import batch, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
 from normfuse.errors import NormfuseError, debugging, printable, runtime_message
-from normfuse.inputs import input_hint, parse_dims, symbolic_dims
+from normfuse.inputs import check_inputs, input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.outputs import STDOUT, OutputPlan
 from normfuse.plot import plot_ratios, require_matplotlib
@@ -50,7 +50,8 @@ EXIT_CODES = (
     "exit codes: 0 success; 1 a check failed (numerics differ, inspect --check found unfused "
     "sites; for several models, the worst status of any); 2 bad usage or an input that cannot be "
     "used (one line on stderr, no output left behind); 130 interrupted (SIGINT), 143 terminated "
-    "(SIGTERM), uncommitted outputs removed"
+    "(SIGTERM), uncommitted outputs removed (once outputs are being committed, both signals are "
+    "ignored and the command finishes)"
 )
 JSON_NOTE = (
     "JSON: --report FILE writes the command's JSON record to FILE, or to stdout with "
@@ -296,9 +297,18 @@ def _add_bench_options(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def program() -> int:
+    """The `normfuse` executable (and `python -m normfuse`): `main` for a process that exits
+    with the returned status, so SIGINT and SIGTERM stay ignored after the commit, through the
+    interpreter's shutdown."""
+    return main(keep_signals_ignored=True)
+
+
+def main(argv: list[str] | None = None, keep_signals_ignored: bool = False) -> int:
     """Run the command line; returns the exit code. Every error is one line on stderr; SIGINT
-    and SIGTERM remove what was staged and exit 130 and 143 (see `normfuse.outputs`)."""
+    and SIGTERM before the commit remove what was staged and exit 130 and 143; from the commit on
+    they are ignored and the command exits with its own status (see `normfuse.outputs`). The
+    signal handlers are restored on return unless `keep_signals_ignored` and a commit ran."""
     argv = sys.argv[1:] if argv is None else list(argv)
     mistyped = _mistyped_command(argv)
     if mistyped:
@@ -306,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
     ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
-    with outputs.terminate_as_exception():
+    with outputs.command_signals(keep_after_commit=keep_signals_ignored):
         try:
             _check_standard_streams()
             code = _run(args)
@@ -609,6 +619,8 @@ def _optimize_one(
             print(text, file=stream)
 
     options = _validation_options(args) if args.validate else None
+    if args.bench:  # the timed inputs are checked before any work, as validation's are
+        check_inputs(loaded.model, parse_dims(args.dims), args.inputs)
     result = normfuse.optimize(
         loaded.model,
         target=args.target,

@@ -19,6 +19,7 @@ import re
 import zipfile
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -84,10 +85,46 @@ def make_inputs(
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Feeds for every graph input of `model`, and notes on the defaults taken."""
     rng = np.random.default_rng(seed)
-    notes = check_dims(model, dims or {})
+    plan = _plan_inputs(model, dims or {}, npz, read=True)
+    tables = _gather_table_sizes(model)
+    feeds = {
+        name: _generate(name, plan.dtypes[name], shape, tables.get(name), rng, plan.notes)
+        for name, shape in plan.shapes.items()
+    }
+    feeds.update(plan.overrides)
+    return feeds, plan.notes
+
+
+def check_inputs(
+    model: onnx.ModelProto,
+    dims: dict[str, int] | None = None,
+    npz: str | os.PathLike | None = None,
+) -> list[str]:
+    """Every check `make_inputs` makes on `dims` and `npz` (names, dtypes, shapes from the
+    members' headers, sizes), without generating or inflating an array: cheap enough to run
+    before any work. Returns the notes."""
+    return _plan_inputs(model, dims or {}, npz, read=False).notes
+
+
+@dataclass
+class _InputPlan:
+    """The inputs to generate (shapes and dtypes), the `.npz` arrays read, and the notes."""
+
+    shapes: dict[str, list[int]]
+    dtypes: dict[str, np.dtype]
+    overrides: dict[str, np.ndarray]
+    notes: list[str]
+
+
+def _plan_inputs(
+    model: onnx.ModelProto, dims: dict[str, int], npz: str | os.PathLike | None, read: bool
+) -> _InputPlan:
+    """Check `dims` and `npz` against `model`; with `read`, the `.npz` arrays are read too."""
+    notes = check_dims(model, dims)
     signature = graph_inputs(model)
     dtypes = {info.name: _input_dtype(info) for info in signature}
-    overrides = {}
+    overrides: dict[str, np.ndarray] = {}
+    given: dict[str, int] = {}  # the `.npz` members' sizes in bytes
     if npz:
         # Initializers that are also graph inputs are inputs too: a caller may feed them.
         names = overridable(model.graph)
@@ -97,23 +134,15 @@ def make_inputs(
             if info.name in names and info.type.HasField("tensor_type")
         ]
         dtypes.update({info.name: _input_dtype(info) for info in defaults})
-        overrides = _load_npz(npz, [*signature, *defaults], dtypes)
-    _require_named_dims([info for info in signature if info.name not in overrides], dims or {})
+        overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, read)
+    _require_named_dims([info for info in signature if info.name not in given], dims)
     shapes = {
-        info.name: _concrete_shape(info, dims or {}, notes)
+        info.name: _concrete_shape(info, dims, notes)
         for info in signature
-        if info.name not in overrides
+        if info.name not in given
     }
-    _check_allocation(shapes, dtypes, sum(array.nbytes for array in overrides.values()))
-    tables = _gather_table_sizes(model)
-    feeds = {}
-    for info in signature:
-        if info.name in overrides:
-            continue
-        dtype, shape = dtypes[info.name], shapes[info.name]
-        feeds[info.name] = _generate(info.name, dtype, shape, tables.get(info.name), rng, notes)
-    feeds.update(overrides)
-    return feeds, notes
+    _check_allocation(shapes, dtypes, sum(given.values()))
+    return _InputPlan(shapes, dtypes, overrides, notes)
 
 
 def _input_dtype(info: onnx.ValueInfoProto) -> np.dtype:
@@ -202,14 +231,18 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def _load_npz(
-    path: str | os.PathLike, signature: list[onnx.ValueInfoProto], dtypes: dict[str, np.dtype]
-) -> dict[str, np.ndarray]:
-    """The arrays of an `.npz` file, each member's name, dtype, shape and size checked against
-    the model (from its header) before its data is inflated; pickles are never loaded."""
+    path: str | os.PathLike,
+    signature: list[onnx.ValueInfoProto],
+    dtypes: dict[str, np.dtype],
+    read: bool = True,
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The arrays of an `.npz` file (none unless `read`) and each member's size in bytes, each
+    member's name, dtype, shape and size checked against the model (from its header) before its
+    data is inflated; pickles are never loaded."""
     if not Path(path).is_file():
         raise NormfuseError(f"--inputs {path}: no such file")
     infos = {info.name: info for info in signature}
-    arrays = {}
+    arrays, sizes = {}, {}
     try:
         with zipfile.ZipFile(path) as archive:
             members = {_member_name(member.filename): member for member in archive.infolist()}
@@ -225,10 +258,12 @@ def _load_npz(
                     total += size
                     if total > MAX_INPUT_BYTES or member.file_size > size + 2**16:
                         raise NormfuseError(f"--inputs {path}: member {name!r} is too large")
-                    arrays[name] = _read_data(file, shape, fortran, dtype, size)
+                    sizes[name] = size
+                    if read:
+                        arrays[name] = _read_data(file, shape, fortran, dtype, size)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
         raise NormfuseError(f"--inputs {path}: not a readable .npz file ({error})") from None
-    return arrays
+    return arrays, sizes
 
 
 def _member_name(filename: str) -> str:

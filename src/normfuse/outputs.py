@@ -1,5 +1,7 @@
 """Every file a command writes: planned and checked before any work, staged beside each
-destination, committed together at the end, and removed on any error or signal.
+destination, committed together at the end, and removed on any error or signal before the commit.
+Inside `command_signals`, SIGINT and SIGTERM are ignored once the commit starts: from then on the
+command has succeeded (ADV9-03).
 
 A destination is refused (`NormfuseError`) when it is, or resolves to, a protected file (the input
 model, its external-data files), when two destinations are the same, when its folder is missing or
@@ -24,6 +26,7 @@ import os
 import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,9 +146,11 @@ class OutputPlan:
 
     def commit(self) -> list[Path]:
         """Rename every staged file onto its destination, in planning order, with SIGINT and
-        SIGTERM held back; returns the destinations written."""
+        SIGTERM held back (inside `command_signals`: ignored from here on); returns the
+        destinations written."""
         written = []
         with _signals_held():
+            _settle()
             for entry in self._entries.values():
                 if entry.temp is None:
                     continue
@@ -332,20 +337,51 @@ def _signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+class _CommandSignals:
+    """Whether a command's signal handling is active (`command_signals`), and whether its outputs
+    were committed (from then on SIGINT and SIGTERM are ignored)."""
+
+    active = False
+    committed = False
+
+
+def _settle() -> None:
+    """Inside `command_signals`: ignore SIGINT and SIGTERM from now on (the commit is starting,
+    and once it has started the command has succeeded). `signal.signal` first runs the handler of
+    a signal that already arrived, so one that came before this point still raises, before any
+    file is renamed; one pending in this thread is discarded by SIG_IGN."""
+    if not _CommandSignals.active or threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    _CommandSignals.committed = True
+
+
 @contextlib.contextmanager
-def terminate_as_exception() -> Iterator[None]:
-    """While active, SIGTERM raises `Terminated` (so cleanup runs) instead of killing the process
-    outright; the previous handler is restored afterwards. A no-op outside the main thread."""
+def command_signals(keep_after_commit: bool = False) -> Iterator[None]:
+    """One command's SIGINT and SIGTERM: until an `OutputPlan` commits, SIGTERM raises
+    `Terminated` (SIGINT raises KeyboardInterrupt, as always), so every staged file is removed;
+    from the commit on both are ignored, so the command finishes with its own status. The
+    previous handlers are restored on leaving, unless the commit happened and
+    `keep_after_commit` (a process about to exit: a signal during its shutdown must not kill it
+    with committed outputs). A no-op outside the main thread."""
 
     def raise_terminated(signum: int, frame: object) -> None:
         raise Terminated
 
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
+        signal.signal(signal.SIGTERM, raise_terminated)
     except ValueError:  # not the main thread
         yield
         return
+    _CommandSignals.active, _CommandSignals.committed = True, False
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        committed = _CommandSignals.committed
+        _CommandSignals.active = _CommandSignals.committed = False
+        if not (committed and keep_after_commit):
+            for signum, handler in previous.items():
+                if handler is not None:  # None: a handler not set from Python, left as it is
+                    signal.signal(signum, handler)

@@ -434,7 +434,10 @@ def apply_sites(
     for site in sites:
         found = sorted(position[key] for key in site.node_ids if key in position)
         _apply_site(emitter, site, [node for _, node in found])
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    # Nodes only: gs 0.6.1 recurses without end sorting the function list of a graph that has
+    # both local functions and a node with a subgraph (its `get_used_funcs` walks the graph's
+    # own subgraphs again at every level). The export keeps the model's function order anyway.
+    graph.cleanup(remove_unused_graph_inputs=False).toposort(mode="nodes")
 
 
 def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
