@@ -205,7 +205,7 @@ def _chain_against_its_flow(length: int) -> onnx.ModelProto:
 def test_a_truly_deep_model_is_still_refused_with_its_message() -> None:
     """A 3,000-link chain that the graph sort must recurse through: the RecursionError is turned
     into the one-line refusal, and the caller's model is not changed."""
-    original = _chain_against_its_flow(3000)
+    original = _chain_against_its_flow(20000)
     before = original.SerializeToString()
     with pytest.raises(NormfuseError, match="the model nests too deeply to rewrite safely"):
         normfuse.optimize(original)
