@@ -86,7 +86,6 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    sys.setrecursionlimit(10_000)
     for node in sorted(edges):
         if node not in index:
             visit(node)
