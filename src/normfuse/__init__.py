@@ -18,6 +18,7 @@ import onnx_graphsurgeon as gs
 
 from normfuse import (
     collector,
+    graph_export,
     guard,
     inputs,
     model_io,
@@ -379,16 +380,15 @@ def _export(
     """The original model with its graph and local functions replaced; model-level fields, graph
     I/O, overridable initializers (defaults of graph inputs) and every initializer's scope kept."""
     model_view.detach_from_caller(graph)
+    optimised = _copy_without_graph(original)
     try:
-        exported_model = gs.export_onnx(graph, do_type_check=False)
+        graph_export.write_graph(graph, optimised.graph)
+        bodies = graph_export.functions(graph) if original.functions else []
     except (UnicodeDecodeError, ValueError, TypeError) as error:  # malformed attributes, names
         raise NormfuseError(f"cannot write the rewritten graph: {error}") from None
-    exported = exported_model.graph
-    placement.restore_placement(view.model.graph, exported)
-    optimised = _copy_without_graph(original)
-    optimised.graph.CopyFrom(exported)
+    placement.restore_placement(view.model.graph, optimised.graph)
     if original.functions:
-        rewritten = {(f.domain, f.name): f for f in exported_model.functions}
+        rewritten = {(f.domain, f.name): f for f in bodies}
         for function in optimised.functions:
             body = rewritten.get((function.domain, function.name))
             if body is not None:
