@@ -13,6 +13,7 @@ from helpers import assert_same_numerics, random_inputs
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
+from normfuse import rewrite
 from normfuse.errors import NormfuseError
 
 F = TensorProto.FLOAT
@@ -181,8 +182,8 @@ def test_branch_site_beside_an_inner_if_and_a_function_fuses() -> None:
 
 
 def _chain_against_its_flow(length: int) -> onnx.ModelProto:
-    """A layer norm of `x`, and a chain of `length` Relus of `z` listed last node first: gs
-    sorts it by recursing once per link (ONNX Runtime sorts it and runs it)."""
+    """A layer norm of `x`, and a chain of `length` Relus of `z` listed last node first: gs's
+    own sort recursed once per link (ONNX Runtime sorts it and runs it)."""
     norm, out = _layer_norm("x", "m_")
     chain = [helper.make_node("Relu", [f"z{i}"], [f"z{i + 1}"]) for i in range(length)]
     eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
@@ -204,17 +205,35 @@ def _chain_against_its_flow(length: int) -> onnx.ModelProto:
     return model
 
 
-def test_a_truly_deep_model_is_still_refused_with_its_message() -> None:
-    """A 20,000-link chain that the graph sort must recurse through: the RecursionError is turned
-    into the one-line refusal, and the caller's model is not changed. Python's default recursion
-    limit holds here, whatever another test in this process set."""
+def test_a_deep_chain_listed_against_its_flow_is_fused_and_sorted() -> None:
+    """A 20,000-link chain listed last link first (once refused as "nests too deeply": gs's
+    sort recursed through it) is fused, written in topological order, and computes what the
+    original does. Python's default recursion limit holds here, whatever another test set."""
     original = _chain_against_its_flow(20000)
     before = original.SerializeToString()
     previous = sys.getrecursionlimit()
     sys.setrecursionlimit(1000)
     try:
-        with pytest.raises(NormfuseError, match="the model nests too deeply to rewrite safely"):
-            normfuse.optimize(original)
+        result = normfuse.optimize(original)
     finally:
         sys.setrecursionlimit(previous)
     assert original.SerializeToString() == before
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    made = {"x", "z0"} | {tensor.name for tensor in result.model.graph.initializer}
+    for node in result.model.graph.node:
+        assert all(name in made for name in node.input)
+        made.update(node.output)
+    assert_same_numerics(original, result.model)
+
+
+def test_a_recursion_error_in_the_rewrite_is_the_one_line_refusal(monkeypatch) -> None:
+    """What no model known here reaches any more, still mapped: a RecursionError anywhere in the
+    rewrite is the one-line "nests too deeply" refusal, not a traceback."""
+    original = _chain_against_its_flow(3)
+
+    def too_deep(*_args, **_kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(rewrite, "run", too_deep)
+    with pytest.raises(NormfuseError, match="the model nests too deeply to rewrite safely"):
+        normfuse.optimize(original)

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from normfuse import final_check
+from normfuse import final_check, toposort
 from normfuse.constants import DEFAULT_DOMAINS, Constants
 from normfuse.context import Context
 from normfuse.facts import ScopeFacts
@@ -434,10 +434,10 @@ def apply_sites(
     for site in sites:
         found = sorted(position[key] for key in site.node_ids if key in position)
         _apply_site(emitter, site, [node for _, node in found])
-    # Nodes only: gs 0.6.1 recurses without end sorting the function list of a graph that has
-    # both local functions and a node with a subgraph (its `get_used_funcs` walks the graph's
-    # own subgraphs again at every level). The export keeps the model's function order anyway.
-    graph.cleanup(remove_unused_graph_inputs=False).toposort(mode="nodes")
+    # gs's own order of the nodes, found without recursion (`toposort`); the function list is
+    # not sorted: the export keeps the model's function order.
+    graph.cleanup(remove_unused_graph_inputs=False)
+    toposort.sort_scope(graph)
 
 
 def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
