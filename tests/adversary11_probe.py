@@ -820,6 +820,103 @@ def section1():
     all_passes("s1_gn_G1_flat", m_gn_shared_mean_with_ln_on_x_flat)
 
 
+# ---------------------------------------------------------------- 1b. Reshape around statistics
+def m_rows_reshape(xshape, first, back, axes=(-1,), gamma=True):
+    """x -> Reshape(first) -> layer norm over axes -> Reshape(back) [-> affine over last axis]."""
+
+    def f():
+        b = B()
+        xr = b.op("Reshape", ["x", b.c(first, "t1", np.int64)])
+        n = ln(b, xr, axes=axes)
+        y = b.op("Reshape", [n, b.c(back, "t2", np.int64)]) if back is not None else n
+        if gamma:
+            last = xshape[-1]
+            y = b.op(
+                "Add",
+                [b.op("Mul", [y, b.c(np.linspace(0.5, 2, last).astype(np.float32))]), b.c(0.25)],
+            )
+        b.op("Identity", [y], "y")
+        return b.model([vi("x", list(xshape))], [vo("y")])
+
+    return f
+
+
+def m_grouped_variants(target, axes):
+    def f():
+        b = B()
+        xr = b.op("Reshape", ["x", b.c(target, "t1", np.int64)])
+        n = ln(b, xr, axes=axes)
+        yb = b.op("Reshape", [n, b.op("Shape", ["x"])])
+        y = b.op("Add", [b.op("Mul", [yb, b.c(GAM.reshape(C, 1, 1))]), b.c(BET.reshape(C, 1, 1))])
+        b.op("Identity", [y], "y")
+        return b.model([vi("x", [N, C, H, W])], [vo("y")])
+
+    return f
+
+
+def m_double_reshape():
+    b = B()
+    x1 = b.op("Reshape", ["x", b.c([0, G, -1], "t1", np.int64)])
+    x2 = b.op("Reshape", [x1, b.c([0, G, C // G, -1], "t2", np.int64)])
+    n = ln(b, x2, axes=(2, 3))
+    yb = b.op("Reshape", [n, b.op("Shape", ["x"])])
+    y = b.op("Add", [b.op("Mul", [yb, b.c(GAM.reshape(C, 1, 1))]), b.c(BET.reshape(C, 1, 1))])
+    b.op("Identity", [y], "y")
+    return b.model([vi("x", [N, C, H, W])], [vo("y")])
+
+
+def m_allowzero(first=(2, G, -1)):
+    # Reshape-14 allowzero=1; with a 0 in the target the original fails at run time
+    b = B()
+    xr = b.op("Reshape", ["x", b.c(list(first), "t1", np.int64)], allowzero=1)
+    n = ln(b, xr, axes=(2,))
+    yb = b.op("Reshape", [n, b.op("Shape", ["x"])], allowzero=1)
+    y = b.op("Add", [b.op("Mul", [yb, b.c(GAM.reshape(C, 1, 1))]), b.c(BET.reshape(C, 1, 1))])
+    b.op("Identity", [y], "y")
+    return b.model([vi("x", [N, C, H, W])], [vo("y")])
+
+
+def section1b():
+    rows = [
+        ("keep_same", (2, 6, 16), [12, 16], [2, 6, 16]),
+        ("keep_other_back", (2, 6, 16), [12, 16], [6, 2, 16]),
+        ("keep_back_3x4", (2, 6, 16), [12, 16], [3, 4, 16]),
+        ("keep_back_flat", (2, 6, 16), [12, 16], [2, 96]),
+        ("keep_back_none", (2, 6, 16), [12, 16], None),
+        ("keep_minus1", (2, 6, 16), [-1, 16], [2, 6, 16]),
+        ("keep_0", (2, 6, 16), [0, -1, 16], [0, 6, 16]),
+        ("keep_rank4", (2, 3, 4, 16), [6, 4, 16], [2, 3, 4, 16]),
+        ("keep_rank4_back_swap", (2, 3, 4, 16), [6, 4, 16], [3, 2, 4, 16]),
+        ("split_last", (2, 6, 16), [2, 6, 4, 4], [2, 6, 16]),
+        ("merge_last2", (2, 6, 4, 4), [2, 6, 16], [2, 6, 4, 4]),
+    ]
+    for nm_, xs, f1, bk in rows:
+        ax = (-1,)
+        gam = nm_ not in ("split_last", "merge_last2", "keep_back_flat")
+        all_passes(f"s1b_{nm_}", m_rows_reshape(xs, f1, bk, ax, gamma=gam))
+    all_passes(
+        "s1b_split_last_2axes",
+        m_rows_reshape((2, 6, 16), [2, 6, 4, 4], [2, 6, 16], (-2, -1), gamma=True),
+    )
+    for tag, tgt, ax in [
+        ("g_axis1", [0, G, -1], (1,)),
+        ("g_axes12", [0, G, -1], (1, 2)),
+        ("g4d_23", [0, G, C // G, -1], (2, 3)),
+        ("g4d_3", [0, G, C // G, -1], (3,)),
+        ("g4d_H_23", [0, G, H, -1], (2, 3)),
+        ("g4d_123", [0, G, C // G, -1], (1, 2, 3)),
+        ("g5d_234", [0, G, C // G, H, W], (2, 3, 4)),
+        ("g5d_34", [0, G, C // G, H, W], (3, 4)),
+        ("g_neg", [0, G, -1], (-1,)),
+        ("gT_wrong", [0, -1, G], (1,)),
+        ("g_batch_merge", [-1, C // G * H * W], (1,)),
+    ]:
+        all_passes(f"s1b_{tag}", m_grouped_variants(tgt, ax))
+    all_passes("s1b_double_reshape", m_double_reshape)
+    all_passes("s1b_allowzero_static", m_allowzero)
+    all_passes("s1b_allowzero_zero", lambda: m_allowzero((0, G, -1)))
+
+
 # ================================================================ 2. several rounds
 D3 = (2, 5, 16)
 
@@ -1108,6 +1205,16 @@ def section2b():
     all_passes("s2_chain_outputs", m_chain_outputs, validate=True)
     all_passes("s2_f16_cast_chain", m_f16_cast_chain, tol=4e-3)
     all_passes("s2_double_cast_between", m_double_cast_between, tol=4e-3)
+    tune = ["--tune-for", "cpu", "--runs", "5", "--warmup", "1"]
+    case("s2_gn_chain_rounds.tune", m_gn_chain_rounds(), tune)
+    case("s2_chain_mix9.tune", m_ln_chain(9, "mix")(), tune)
+    case("s1_share_mean_grouped.tune", m_share_mean_grouped(), tune)
+    case("s1_gn_inter_out_n.tune", m_gn_intermediate_output("n")(), tune)
+    case(
+        "s2_residual_sum_two.tune_skip",
+        m_residual_sum_two_norms(),
+        tune + ["--passes", "group-norm,layer-norm,rms-norm,skip-norm"],
+    )
 
 
 # ================================================================ 3. If / local functions
