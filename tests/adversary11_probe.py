@@ -1199,7 +1199,60 @@ def m_double_cast_between():
     return b.model([vi("x", list(D3))], [vo("y")])
 
 
+def m_ln_shared_parts(kind):
+    """Two layer-norm-like outputs sharing parts of one decomposition of x [2,5,16]."""
+
+    def f():
+        b = B()
+        m = b.rmean("x", (-1,))
+        d = b.op("Sub", ["x", m])
+        s2 = b.op("Mul", [d, d])
+        v = b.rmean(s2, (-1,))
+        sd = b.op("Sqrt", [b.op("Add", [v, b.c(1e-5)])])
+        y1 = b.op("Div", [d, sd])
+        if kind == "two_eps":
+            y2 = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [v, b.c(0.5)])])])
+        elif kind == "unbiased":
+            v2 = b.op("Div", [b.rsum(s2, (-1,)), b.c(15.0)])
+            y2 = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [v2, b.c(1e-5)])])])
+        elif kind == "unbiased_own_square":
+            v2 = b.op("Div", [b.rsum(b.op("Mul", [d, d]), (-1,)), b.c(15.0)])
+            y2 = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [v2, b.c(1e-5)])])])
+        elif kind == "square_out":
+            y2 = s2  # the shared square itself is the second output
+        elif kind == "root_x":
+            y2 = b.op("Div", ["x", sd])  # not a norm: x over the std of x
+        elif kind == "root_other":
+            y2 = b.op("Div", ["z", sd])  # another tensor over x's std
+        elif kind == "pow_other":
+            v2 = b.rmean(b.op("Pow", [d, b.c(2.0)]), (-1,))
+            y2 = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [v2, b.c(1e-5)])])])
+        elif kind == "mean_other_axes":
+            m2 = b.rmean("x", (-2, -1))
+            y2 = b.op("Sub", ["x", m2])
+            y2 = b.op("Div", [y2, sd])  # x minus a wider mean over x's std
+        b.op("Identity", [y1], "y1")
+        b.op("Identity", [y2], "y2")
+        ins = [vi("x", list(D3))]
+        if kind == "root_other":
+            ins.append(vi("z", list(D3)))
+        return b.model(ins, [vo("y1"), vo("y2")])
+
+    return f
+
+
 def section2b():
+    for k in [
+        "two_eps",
+        "unbiased",
+        "unbiased_own_square",
+        "square_out",
+        "root_x",
+        "root_other",
+        "pow_other",
+        "mean_other_axes",
+    ]:
+        all_passes(f"s2_ln_shared_{k}", m_ln_shared_parts(k))
     all_passes("s2_ln_of_centred", m_ln_of_centred)
     all_passes("s2_eps_from_norm", m_eps_from_norm)
     all_passes("s2_chain_outputs", m_chain_outputs, validate=True)
