@@ -219,6 +219,12 @@ def test_parse_dims_forms_and_errors() -> None:
     for bad in ("batch", "batch=x", "=3", "batch=-1"):
         with pytest.raises(normfuse.NormfuseError, match="NAME=N"):
             parse_dims([bad])
+    # ADV10-01: one name, two values, is refused (in one value or across --dims flags); the
+    # same value twice is one.
+    assert parse_dims(["batch=2,batch=2"]) == {"batch": 2}
+    for twice in (["batch=2,batch=3"], ["batch=2", "batch=3"]):
+        with pytest.raises(normfuse.NormfuseError, match="--dims batch is given twice, as 2 and 3"):
+            parse_dims(twice)
 
 
 def test_npz_overrides_are_checked(tmp_path: Path) -> None:

@@ -40,7 +40,8 @@ _INDEX_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Ide
 
 
 def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
-    """`["batch=1", "sequence=128,past=0"]` -> `{"batch": 1, "sequence": 128, "past": 0}`."""
+    """`["batch=1", "sequence=128,past=0"]` -> `{"batch": 1, "sequence": 128, "past": 0}`; a
+    name given twice with two values is refused (the same value twice is one)."""
     dims: dict[str, int] = {}
     for value in values or []:
         for item in value.split(","):
@@ -50,7 +51,12 @@ def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
                 raise NormfuseError(f"--dims takes NAME=N (N >= 0), got {item.strip()!r}")
             if len(number) > 12 or int(number) > MAX_DIM:
                 raise NormfuseError(f"--dims {name.strip()}: {number} is larger than {MAX_DIM}")
-            dims[name.strip()] = int(number)
+            name = name.strip()
+            if name in dims and dims[name] != int(number):
+                raise NormfuseError(
+                    f"--dims {name} is given twice, as {dims[name]} and {int(number)}: give it once"
+                )
+            dims[name] = int(number)
     return dims
 
 
