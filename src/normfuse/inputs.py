@@ -140,7 +140,7 @@ def _plan_inputs(
             if info.name in names and info.type.HasField("tensor_type")
         ]
         dtypes.update({info.name: _input_dtype(info) for info in defaults})
-        overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, read)
+        overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, dims, read)
     _require_named_dims([info for info in signature if info.name not in given], dims)
     shapes = {
         info.name: _concrete_shape(info, dims, notes)
@@ -240,11 +240,12 @@ def _load_npz(
     path: str | os.PathLike,
     signature: list[onnx.ValueInfoProto],
     dtypes: dict[str, np.dtype],
+    dims: dict[str, int],
     read: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """The arrays of an `.npz` file (none unless `read`) and each member's size in bytes, each
-    member's name, dtype, shape and size checked against the model (from its header) before its
-    data is inflated; pickles are never loaded."""
+    member's name, dtype, shape and size checked against the model and `dims` (from its header)
+    before its data is inflated; pickles are never loaded."""
     if not Path(path).is_file():
         raise NormfuseError(f"--inputs {path}: no such file")
     infos = {info.name: info for info in signature}
@@ -259,7 +260,7 @@ def _load_npz(
             for name, member in members.items():
                 with archive.open(member) as file:
                     shape, fortran, dtype = _npy_header(file)
-                    _checked_override(infos[name], dtypes[name], dtype, shape)
+                    _checked_override(infos[name], dtypes[name], dtype, shape, dims)
                     size = math.prod(shape) * dtype.itemsize
                     total += size
                     if total > MAX_INPUT_BYTES or member.file_size > size + 2**16:
@@ -297,19 +298,32 @@ def _read_data(file, shape, fortran: bool, dtype: np.dtype, size: int) -> np.nda
 
 
 def _checked_override(
-    info: onnx.ValueInfoProto, dtype: np.dtype, found: np.dtype, shape: tuple[int, ...]
+    info: onnx.ValueInfoProto,
+    dtype: np.dtype,
+    found: np.dtype,
+    shape: tuple[int, ...],
+    dims: dict[str, int],
 ) -> None:
+    """An `.npz` array for `info`: its dtype, rank and static dims the model's, and each
+    symbolic dim that `--dims` also sizes that size (ADV10-02: neither silently wins)."""
     if found != dtype:
         raise NormfuseError(f"--inputs {info.name!r} is {found}, the model expects {dtype}")
-    dims = info.type.tensor_type.shape.dim
-    if len(dims) != len(shape) or any(
+    declared = info.type.tensor_type.shape.dim
+    if len(declared) != len(shape) or any(
         dim.HasField("dim_value") and dim.dim_value != size
-        for dim, size in zip(dims, shape, strict=True)
+        for dim, size in zip(declared, shape, strict=True)
     ):
         expected = [
-            dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in dims
+            dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in declared
         ]
         raise NormfuseError(f"--inputs {info.name!r} has shape {list(shape)}, expected {expected}")
+    for axis, (dim, size) in enumerate(zip(declared, shape, strict=True)):
+        named = not dim.HasField("dim_value") and dim.dim_param in dims
+        if named and dims[dim.dim_param] != size:
+            raise NormfuseError(
+                f"--inputs {info.name!r} has {dim.dim_param}={size} (axis {axis}), but --dims "
+                f"gives {dim.dim_param}={dims[dim.dim_param]}: give one of them"
+            )
 
 
 def _concrete_shape(info: onnx.ValueInfoProto, dims: dict[str, int], notes: list[str]) -> list[int]:
