@@ -140,7 +140,7 @@ def _plan_inputs(
             if info.name in names and info.type.HasField("tensor_type")
         ]
         dtypes.update({info.name: _input_dtype(info) for info in defaults})
-        overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, dims, read)
+        overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, dims, notes, read)
     _require_named_dims([info for info in signature if info.name not in given], dims)
     shapes = {
         info.name: _concrete_shape(info, dims, notes)
@@ -241,11 +241,13 @@ def _load_npz(
     signature: list[onnx.ValueInfoProto],
     dtypes: dict[str, np.dtype],
     dims: dict[str, int],
+    notes: list[str],
     read: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """The arrays of an `.npz` file (none unless `read`) and each member's size in bytes, each
-    member's name, dtype, shape and size checked against the model and `dims` (from its header)
-    before its data is inflated; pickles are never loaded."""
+    member's name, dtype, shape and size checked against the model (from its header) before its
+    data is inflated, a dim that `dims` sizes otherwise noted in `notes`; pickles are never
+    loaded."""
     if not Path(path).is_file():
         raise NormfuseError(f"--inputs {path}: no such file")
     infos = {info.name: info for info in signature}
@@ -260,7 +262,7 @@ def _load_npz(
             for name, member in members.items():
                 with archive.open(member) as file:
                     shape, fortran, dtype = _npy_header(file)
-                    _checked_override(infos[name], dtypes[name], dtype, shape, dims)
+                    _checked_override(infos[name], dtypes[name], dtype, shape, dims, notes)
                     size = math.prod(shape) * dtype.itemsize
                     total += size
                     if total > MAX_INPUT_BYTES or member.file_size > size + 2**16:
@@ -303,9 +305,11 @@ def _checked_override(
     found: np.dtype,
     shape: tuple[int, ...],
     dims: dict[str, int],
+    notes: list[str],
 ) -> None:
-    """An `.npz` array for `info`: its dtype, rank and static dims the model's, and each
-    symbolic dim that `--dims` also sizes that size (ADV10-02: neither silently wins)."""
+    """An `.npz` array for `info`: its dtype, rank and static dims the model's. A symbolic dim
+    that `--dims` sizes otherwise is noted (ADV10-02), not refused: ONNX Runtime does not hold
+    one name to one size across inputs, and the array is fed as it is."""
     if found != dtype:
         raise NormfuseError(f"--inputs {info.name!r} is {found}, the model expects {dtype}")
     declared = info.type.tensor_type.shape.dim
@@ -320,9 +324,9 @@ def _checked_override(
     for axis, (dim, size) in enumerate(zip(declared, shape, strict=True)):
         named = not dim.HasField("dim_value") and dim.dim_param in dims
         if named and dims[dim.dim_param] != size:
-            raise NormfuseError(
-                f"--inputs {info.name!r} has {dim.dim_param}={size} (axis {axis}), but --dims "
-                f"gives {dim.dim_param}={dims[dim.dim_param]}: give one of them"
+            notes.append(
+                f"--inputs {info.name!r} has {dim.dim_param}={size} (axis {axis}) where --dims "
+                f"gives {dim.dim_param}={dims[dim.dim_param]}: the array is fed as it is"
             )
 
 
