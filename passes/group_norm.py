@@ -42,7 +42,7 @@ from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
 from normfuse.context import Context
 from normfuse.folding import resolved_attributes, schema
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.records import FusedNode, Site, node_label
+from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Site, node_label
 from normfuse.same_shape import SAME_AS_INPUT
 from normfuse.static_values import ShapeEntry, shape_entries
 
@@ -151,8 +151,28 @@ class GroupNormPass:
             return _group_normalization_site(match, context)
         grouping = _grouping(match, context)
         if grouping is None:
-            return _instance_norm_site(match, context)
+            site = _instance_norm_site(match, context)
+            if site is None:
+                _check_not_partly_regrouped(match, context)
+            return site
         return _group_site(match, context, grouping)
+
+
+def _check_not_partly_regrouped(match: Match, context: Context) -> None:
+    """Statistics of a Reshape of x whose result is reshaped back but also read by another node
+    (ADV11-02): a group norm whose normalised grouped tensor escapes, said so, not left
+    unreported (the layer-norm pass may still fuse the statistics over the grouped tensor)."""
+    if match_first(_RESHAPE, match["x"], context.facts) is None:
+        return
+    chain = _affine_chain(match.root, context)
+    result = chain[-1].outputs[0] if chain else match.root
+    others = [user for user in result.outputs if not _is(user, "Reshape")]
+    if others and len(others) < len(result.outputs):
+        raise checks.Reject(
+            INTERMEDIATE_USED_ELSEWHERE,
+            f"the normalised grouped tensor {result.name!r} is reshaped back but also read by "
+            f"{node_label(others[0])}",
+        )
 
 
 def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | None:

@@ -1014,3 +1014,25 @@ def test_layer_norm_between_reshapes_that_regroup_rows_is_left(target, axes) -> 
     assert result.report.sites == []
     assert result.model.SerializeToString() == model.SerializeToString()
     assert ("layer-norm", "group-norm") in [(m.kind, m.reason) for m in result.report.near_misses]
+
+
+def test_a_group_norm_whose_grouped_result_escapes_says_so() -> None:
+    """ADV11-02: the normalised grouped tensor (before the Reshape back) is also read by another
+    node.
+    The group-norm pass alone fuses nothing and says why (`intermediate-used-elsewhere`, not an
+    empty report); with the default passes the layer-norm pass fuses the statistics over the
+    grouped tensor, which is exactly a layer norm of it, with the original's numerics."""
+    from models.builders import group_norm_model
+
+    model = group_norm_model()
+    shape_of = {n.output[0] for n in model.graph.node if n.op_type == "Shape"}
+    back = next(n for n in model.graph.node if n.op_type == "Reshape" and n.input[1] in shape_of)
+    model.graph.node.append(helper.make_node("Identity", [back.input[0]], ["inter"]))
+    model.graph.output.append(helper.make_tensor_value_info("inter", onnx.TensorProto.FLOAT, None))
+    assert_unchanged(model, "intermediate-used-elsewhere", passes=["group-norm"])
+    misses = normfuse.optimize(model, passes=["group-norm"]).report.near_misses
+    assert [miss.kind for miss in misses] == ["group-norm"]
+    assert "reshaped back but also read by" in misses[0].detail
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    assert_same_numerics(model, result.model, {"batch": 3}, seed=2)

@@ -285,7 +285,7 @@ REASONS = (
     Reason(
         "intermediate-used-elsewhere",
         "a tensor inside the subgraph is also used outside it",
-        ("norm_checks", "rewrite"),
+        ("group_norm", "norm_checks", "rewrite"),
     ),
     Reason(
         "shape-conflict",
