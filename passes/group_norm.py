@@ -149,42 +149,28 @@ class GroupNormPass:
         norms, instance norms without a per-channel affine: the layer-norm pass decides those)."""
         if "group_normalization" in match:
             return _group_normalization_site(match, context)
-        grouping = _grouping(match, context)
-        if grouping is None:
+        reshape, result = _grouped_result(match, context)
+        regrouped = [user for user in result.outputs if _is(user, "Reshape")]
+        if reshape is None or not regrouped or len(regrouped) < len(result.outputs):
             site = _instance_norm_site(match, context)
-            if site is None:
-                _check_not_partly_regrouped(match, context)
+            if site is None and reshape is not None and regrouped:
+                others = [user for user in result.outputs if not _is(user, "Reshape")]
+                raise checks.Reject(  # ADV11-02: said so, not left unreported
+                    INTERMEDIATE_USED_ELSEWHERE,
+                    f"the normalised grouped tensor {result.name!r} is reshaped back but also "
+                    f"read by {node_label(others[0])}",
+                )
             return site
-        return _group_site(match, context, grouping)
+        return _group_site(match, context, (reshape["ungrouped"], reshape.node("grouped")))
 
 
-def _check_not_partly_regrouped(match: Match, context: Context) -> None:
-    """Statistics of a Reshape of x whose result is reshaped back but also read by another node
-    (ADV11-02): a group norm whose normalised grouped tensor escapes, said so, not left
-    unreported (the layer-norm pass may still fuse the statistics over the grouped tensor)."""
-    if match_first(_RESHAPE, match["x"], context.facts) is None:
-        return
+def _grouped_result(match: Match, context: Context) -> tuple[Match | None, gs.Tensor]:
+    """The Reshape of x the statistics read (None: they read no Reshape), and their result after
+    any constant scale or bias: a group norm when every reader of that result reshapes it back
+    (to be checked); when only some do, its normalised grouped tensor escapes."""
     chain = _affine_chain(match.root, context)
     result = chain[-1].outputs[0] if chain else match.root
-    others = [user for user in result.outputs if not _is(user, "Reshape")]
-    if others and len(others) < len(result.outputs):
-        raise checks.Reject(
-            INTERMEDIATE_USED_ELSEWHERE,
-            f"the normalised grouped tensor {result.name!r} is reshaped back but also read by "
-            f"{node_label(others[0])}",
-        )
-
-
-def _grouping(match: Match, context: Context) -> tuple[gs.Tensor, gs.Node] | None:
-    """(x, the Reshape) when the statistics read a Reshape of x and their result (after any
-    constant scale or bias) is reshaped again: the shape of a group norm, to be checked."""
-    found = match_first(_RESHAPE, match["x"], context.facts)
-    chain = _affine_chain(match.root, context)
-    result = chain[-1].outputs[0] if chain else match.root
-    users = result.outputs
-    if found is None or not users or not all(_is(user, "Reshape") for user in users):
-        return None
-    return found["ungrouped"], found.node("grouped")
+    return match_first(_RESHAPE, match["x"], context.facts), result
 
 
 def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.Node]) -> Site:

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from normfuse import bench
 
@@ -233,3 +234,39 @@ def run_cli(capfd: pytest.CaptureFixture, *args: str) -> CliRun:
         warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in shown
     )
     return CliRun(0 if code is None else code, out, err)
+
+
+def odd_scopes_model() -> onnx.ModelProto:
+    """A model with what a real export rarely has: If bodies reading outer values, a model-local
+    function, an unnamed node, an empty domain, a tensor attribute and a sparse initializer."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    branch = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["b"]), helper.make_node("Neg", ["b"], ["out"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
+    )
+    value = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "c")
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([1.0], dtype=np.float32), "s"),
+        numpy_helper.from_array(np.array([4], dtype=np.int64), "s_i"),
+        [2, 3],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["k"], value=value),
+        helper.make_node("Add", ["x", "k"], ["a"], name="", domain=""),
+        helper.make_node("Add", ["a", "s"], ["a2"], name="sparse_add"),
+        helper.make_node("ReduceSum", ["a2"], ["r"], keepdims=1),
+        helper.make_node("Cast", ["r"], ["flag"], to=TensorProto.BOOL),
+        helper.make_node("Squeeze", ["flag"], ["cond"]),
+        helper.make_node("If", ["cond"], ["i"], then_branch=branch, else_branch=branch),
+        helper.make_node("Twice", ["i"], ["y"], domain="local"),
+    ]
+    body = [helper.make_node("Add", ["t", "t"], ["u"], name="twice_add")]
+    function = helper.make_function(
+        "local", "Twice", ["t"], ["u"], body, [helper.make_opsetid("", 17)]
+    )
+    graph = helper.make_graph(nodes, "odd", [x], [y], sparse_initializer=[sparse], doc_string="d")
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[function])

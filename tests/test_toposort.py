@@ -10,7 +10,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from test_graph_export import _odd_model
+from helpers import odd_scopes_model
 
 from normfuse import toposort
 from normfuse.graph_import import import_graph
@@ -43,5 +43,5 @@ def test_a_shuffled_real_export_is_sorted_as_gs_sorts_it(path: Path) -> None:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_bodies_reading_outer_values_are_sorted_as_gs_sorts_them(seed: int) -> None:
-    expected, actual = _orders(_odd_model(), seed)
+    expected, actual = _orders(odd_scopes_model(), seed)
     assert actual == expected
