@@ -237,3 +237,60 @@ def test_a_recursion_error_in_the_rewrite_is_the_one_line_refusal(monkeypatch) -
     monkeypatch.setattr(rewrite, "run", too_deep)
     with pytest.raises(NormfuseError, match="the model nests too deeply to rewrite safely"):
         normfuse.optimize(original)
+
+
+def test_a_loop_listed_before_the_outer_value_its_body_reads_is_sorted_after_it() -> None:
+    """ADV12-01: a Loop listed first whose body reads an outer value made by a later node (ORT
+    sorts and runs it; gs's import leaves the body's copy of that value unlinked). After a norm
+    of the main graph is fused, every node of the output, the Loop included, comes after what it
+    and its body read, and the output computes what the original does."""
+    norm, normed = _layer_norm("x", "m_")
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    eps = numpy_helper.from_array(np.array(1e-5, np.float32), "eps")
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["carry", "outer"], ["carry_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("carry", F, SHAPE),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("carry_out", F, SHAPE),
+        ],
+    )
+    loop = helper.make_node("Loop", ["trip", "", "x"], ["looped"], body=body)
+    nodes = [
+        loop,
+        *norm,
+        helper.make_node("Mul", [normed, "half"], ["outer"]),
+        helper.make_node("Add", ["looped", "outer"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "loop_first",
+        [
+            helper.make_tensor_value_info("x", F, SHAPE),
+            helper.make_tensor_value_info("trip", onnx.TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", F, SHAPE)],
+        [half, eps],
+    )
+    original = helper.make_model(graph, opset_imports=OPSETS[:1])
+    original.ir_version = 8
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    made = {"x", "trip", ""} | {tensor.name for tensor in result.model.graph.initializer}
+    for node in result.model.graph.node:
+        reads = set(node.input)
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                reads |= {"outer"} & {name for n in attribute.g.node for name in n.input}
+        assert reads <= made, node.op_type
+        made.update(node.output)
+    base = {**random_inputs(original, seed=4), "trip": np.array(3, np.int64)}
+    assert_same_numerics(original, result.model, base=base)

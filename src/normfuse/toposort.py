@@ -1,10 +1,12 @@
 """Topological order of a rewritten scope, without recursion.
 
-The order is onnx-graphsurgeon's own `toposort(mode="nodes")` (a node's level is one more than
-the highest level of the nodes in its scope that produce what it reads, its bodies' outer reads
-included; nodes are ordered by level, ties in the order a depth-first walk from each node in
-list order finishes them), so every output is what gs's sort gave. gs finds the levels by
-recursion, one Python frame per node on the longest unsorted path: a rewrite appends its fused
+The order is onnx-graphsurgeon's own `toposort(mode="nodes")`: a node's level is one more than
+the highest level of the nodes in its scope that produce what it reads (its bodies' outer reads
+included, found by name); nodes are ordered by level, ties in the order a depth-first walk from
+each node in list order finishes them. So an output is what gs's sort gave, except where gs's
+import left a body's read of an outer value unlinked to the outer tensor (an input listed out of
+order: gs then left the body's node ahead of the value's producer, ADV12-01). gs finds the levels
+by recursion, one Python frame per node on the longest unsorted path: a rewrite appends its fused
 nodes at the end of the list, and a few hundred norms chained one into the next exceeded
 Python's recursion limit (ADV11-01). Here the walk keeps its own stack.
 """
@@ -39,18 +41,18 @@ def _bodies(node: gs.Node) -> Iterable[gs.Graph]:
     return [value for value in node.attrs.values() if isinstance(value, gs.Graph)]
 
 
-def _local_names(graph: gs.Graph) -> set[str]:
-    """Names of the tensors `graph` itself holds: node outputs, its inputs and its constants."""
-    names = {t.name for node in graph.nodes for t in node.outputs if not t.is_empty()}
-    names.update(t.name for t in graph.inputs)
-    names.update(t.name for t in graph.tensors().values() if isinstance(t, gs.Constant))
-    return names
+def _local_tensors(graph: gs.Graph) -> dict[str, gs.Tensor]:
+    """The tensors `graph` itself holds, by name: node outputs, its inputs and its constants."""
+    local = {t.name: t for node in graph.nodes for t in node.outputs if not t.is_empty()}
+    local.update({t.name: t for t in graph.inputs})
+    local.update({t.name: t for t in graph.tensors().values() if isinstance(t, gs.Constant)})
+    return local
 
 
 def _outer_reads(graph: gs.Graph) -> dict[str, gs.Tensor]:
     """The tensors `graph` (and the bodies nested in it) read from outside it, in the order gs
     lists them."""
-    local = _local_names(graph)
+    local = _local_tensors(graph)
     found: dict[str, gs.Tensor] = {}
     for node in graph.nodes:
         found.update({t.name: t for t in node.inputs if t.name not in local})
@@ -60,17 +62,19 @@ def _outer_reads(graph: gs.Graph) -> dict[str, gs.Tensor]:
 
 
 def _sorted_nodes(graph: gs.Graph) -> list[gs.Node]:
-    local = _local_names(graph)
+    local = _local_tensors(graph)
     index = {id(node): position for position, node in enumerate(graph.nodes)}
 
     def producers(node: gs.Node) -> list[gs.Node]:
         found: dict[int, gs.Node] = {}
-        tensors = list(node.inputs)
+        names = [tensor.name for tensor in node.inputs]
         for body in _bodies(node):
-            tensors += _outer_reads(body).values()
-        for tensor in tensors:
-            if tensor.name in local:
-                for producer in tensor.inputs:
+            names += _outer_reads(body)
+        for name in names:
+            # By name: a body read of an outer value may be its own gs tensor, not linked to
+            # the outer one (gs imports a body before the nodes listed after it: ADV12-01).
+            if name in local:
+                for producer in local[name].inputs:
                     if id(producer) not in index:
                         raise ValueError(f"node {producer.name!r} is not in the graph it feeds")
                     found.setdefault(id(producer), producer)
