@@ -24,7 +24,9 @@ def gated_rms(mover: str = "Reshape") -> onnx.ModelProto:
     nodes = [helper.make_node("Mul", ["x", "z"], ["gated"])]
     if mover == "Reshape":
         nodes.append(helper.make_node("Reshape", ["gated", "grouped"], ["g"]))
-    else:  # a Concat of the gate with itself along a new group axis cannot be copied
+    elif mover == "Concat":  # the gate joined to itself (alone between float32 ops): no copy
+        nodes.append(helper.make_node("Concat", ["gated", "gated"], ["g"], axis=2))
+    else:  # grouped, then joined along the group axis: two moves, float16 in ONNX Runtime
         nodes += [
             helper.make_node("Reshape", ["gated", "grouped"], ["half"]),
             helper.make_node("Concat", ["half", "half"], ["g"], axis=2),
@@ -76,10 +78,31 @@ def test_the_input_cast_goes_above_the_move_and_overflow_stays_out() -> None:
 
 
 def test_a_move_that_cannot_be_copied_is_refused() -> None:
+    """ONNX Runtime runs a Concat alone between float32 ops in float32: the Cast cannot go
+    above it, and at its output it would round where the original does not."""
     result = normfuse.optimize(gated_rms("Concat"))
     assert result.report.sites == []
     reasons = {miss.reason for miss in result.report.near_misses}
     assert "float16-rounding" in reasons, reasons
+
+
+def test_moves_onnx_runtime_keeps_in_float16_keep_the_cast_at_the_norm() -> None:
+    """Reshape then Concat: ONNX Runtime keeps the two moves in float16 (it rounds the gate), so
+    the fused node's Cast reads the moved value, rounded as in the original."""
+    original = gated_rms("ReshapeConcat")
+    result = normfuse.optimize(original)
+    assert [site.kind for site in result.report.sites] == ["rms-norm"]
+    cast = next(
+        node
+        for node in result.model.graph.node
+        if node.op_type == "Cast" and node.attribute[0].i == TensorProto.FLOAT
+    )
+    assert cast.input[0] == "g"
+    offset = {name: np.full((2, 3, GROUPS * WIDTH), 30.0, np.float16) for name in ("x", "z")}
+    offset["x"] += np.random.default_rng(0).normal(0, 0.01, offset["x"].shape).astype(np.float16)
+    expected, actual = (session(m).run(None, offset)[0] for m in (original, result.model))
+    np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), atol=2e-3)
+    assert_same_numerics(original, result.model, seed=5, rtol=4e-3)
 
 
 def test_a_graph_input_moved_needs_no_lift() -> None:

@@ -252,8 +252,12 @@ def _contexts(
         chooser,
         dict(blocked),
     )
+    reads = view.float16_reads()
     facts = ScopeFacts(
-        ConstantReader(view.base_dir, opset=model_opset), view.types, view.facts.conflicts
+        ConstantReader(view.base_dir, opset=model_opset),
+        view.types,
+        view.facts.conflicts,
+        None if reads is None else reads.is_rounded,
     )
     function_contexts = {
         (function.domain, function.name): Context(

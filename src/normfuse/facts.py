@@ -10,6 +10,8 @@ not change (`forget`, which the driver calls before each scan)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -28,9 +30,13 @@ class ScopeFacts:
         reader: ConstantReader,
         types: dict[str, TensorType],
         conflicts: frozenset[str] = frozenset(),
+        float16_rounded: Callable[[str, str], bool | None] | None = None,
     ) -> None:
         self.reader = reader
         self.types = types
+        # Whether ONNX Runtime's CPU provider reads a float16 tensor rounded: (reader's first
+        # output, tensor) -> bool, None where unknown (`float16_partition`); None: not read.
+        self.float16_rounded = float16_rounded
         # Tensors whose declared type contradicts the derived one: sites touching them are left.
         self.conflicts = conflicts
         self._memo: Memo = {}

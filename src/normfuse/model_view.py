@@ -16,6 +16,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from normfuse.errors import NormfuseError
+from normfuse.float16_partition import Float16Reads, has_float16, read_float16
 from normfuse.graph_import import scopes, with_inputs
 from normfuse.scopes import (
     all_graphs,
@@ -40,6 +41,8 @@ class ModelView:
     unsupported: str | None = None
     # The graph imported to derive the facts, unchanged, until the first `import_graph` takes it.
     imported: list[gs.Graph] = field(default_factory=list)
+    # ONNX Runtime's float16 reads of the model, read on first use (`float16_reads`).
+    _float16: dict[str, Float16Reads | None] = field(default_factory=dict)
 
     @property
     def types(self) -> dict[str, TensorType]:
@@ -57,6 +60,14 @@ class ModelView:
         except Exception as error:
             raise NormfuseError(f"cannot read the model's graph: {error}") from None
         return with_inputs(graph, self.model, self.overridable)
+
+    def float16_reads(self) -> Float16Reads | None:
+        """Which float16 reads ONNX Runtime's CPU provider rounds in the model (read once, and
+        only for a model with float16 values); None where there are none or it cannot tell."""
+        if "reads" not in self._float16:
+            found = read_float16(self.model) if has_float16(self.model) else None
+            self._float16["reads"] = found
+        return self._float16["reads"]
 
     def overridable_initializers(self) -> list[onnx.TensorProto]:
         """The initializers that are also graph inputs, as the model has them (their defaults)."""

@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 from normfuse.constants import reduce_axes, written_axes
 from normfuse.context import Context
 from normfuse.final_check import check_attribute_values
-from normfuse.float16_moves import LIFTABLE, MOVERS, runs_in_float32
+from normfuse.float16_moves import LIFTABLE, MOVERS
 from normfuse.folding import schema
 from normfuse.pattern import Match
 from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Reject, Site, node_label
@@ -477,7 +477,7 @@ def fused_site(
             if "bias" in match:
                 after_cast, params = (after_cast[0], bias), (params[0], None)
             after_cast = tuple(None if p is None else p.astype(io.dtype) for p in after_cast)
-    input_moves = float16_input_moves(io.x) if input_cast is not None else ()
+    input_moves = float16_input_moves(io.x, match, context) if input_cast is not None else ()
     params = tuple(p.astype(kernel_dtype) if isinstance(p, np.ndarray) else p for p in params)
     fused = FusedNode(
         emission.op,
@@ -534,40 +534,58 @@ def fused_site(
     )
 
 
-def float16_input_moves(x: gs.Tensor) -> tuple[gs.Node, ...]:
+def float16_input_moves(x: gs.Tensor, match: Match, context: Context) -> tuple[gs.Node, ...]:
     """For a float16 norm computed in float16 throughout and fused as the float32 kernel between
-    Casts: the value-moving nodes (top first) the input Cast must be taken above. ONNX Runtime's
-    CPU provider runs
-    the ops that have no float16 CPU kernel (MatMul, Mul, Pow, ReduceMean, ...) in float32,
-    removes the Cast pairs it inserted between them, and runs a value-moving op (Reshape,
-    Transpose, ...) between two of them in float32 too: such a chain never rounds to float16.
-    A Cast next to such a mover rounds the value there instead (Mamba2's float16 gated norm
-    `Reshape(x * silu(z))` overflowed to inf where the original stayed finite; a float16 group
-    norm's result, rounded before the Reshape back and the affine, was 1.3x further from
-    float64). So where x is moved from an op without a float16 CPU kernel, the input Cast goes
-    right after that op (its Cast pair cancels, as in the original) and the moves are copied in
-    float32 (the same values under ONNX's semantics too: a move commutes with a widening Cast);
-    where a move cannot be copied (Concat, Pad, Split) the site is refused (`float16-rounding`).
-    The output side is not handled: a result moved on to such an op (a QK-norm into the rotary
-    embedding, a group norm into its Reshape back) is rounded once more than in the original
-    (measured within 1.10x of the original's distance to float64 on the zoo; 1.3x on a float16
-    hand-written group norm: docs/adversary6-findings.md, ADV6-08)."""
+    Casts: the value-moving nodes (top first) the input Cast must be taken above, so that the
+    fused node reads `x` rounded exactly where the original's norm does.
+
+    Where the original rounds is asked of ONNX Runtime (`float16_partition`: the graph its CPU
+    provider runs after its float32 fallback), not modelled: a move between two ops without a
+    float16 kernel runs in float32 only when nothing else keeps it float16 (a second move, a
+    second reader, a graph output, an explicit Cast). Where the norm reads `x` rounded, the
+    input Cast stays at `x` (the moves round it as in the original); where it reads it
+    unrounded through moves, the Cast is taken above them and copies move the float32 values
+    (the same values under ONNX's semantics: a move commutes with a widening Cast); where a
+    move cannot be copied (Concat, Pad, Split), or where ONNX Runtime's graph does not show the
+    read (a model-local function, which it inlines under other names), the site is refused
+    (`float16-rounding`)."""
     chain, tensor = [], x
     while tensor.inputs and tensor.inputs[0].op in MOVERS:
         chain.append(tensor.inputs[0])
         tensor = tensor.inputs[0].inputs[0]
     source = tensor.inputs[0] if tensor.inputs else None
-    if not chain or source is None or not runs_in_float32(source):
-        return ()  # x is float16 in the original too: a graph input, a constant, a float16 kernel
+    if not chain or source is None or source.op == "Constant":
+        return ()  # x is float16 in the original too: a graph input, a constant
+    rounded = _norm_reads_rounded(x, match, context)
+    if rounded:
+        return ()  # the moves round x in the original; the Cast at x rounds it the same
+    if rounded is None:
+        raise Reject(
+            "float16-rounding",
+            f"the float16 input comes through {chain[0].op} from {source.op}, and whether ONNX "
+            "Runtime's CPU provider rounds it there cannot be read from the graph it runs (a "
+            "model-local function or a graph it does not load)",
+        )
     unliftable = sorted({node.op for node in chain if node.op not in LIFTABLE})
     if unliftable:
         raise Reject(
             "float16-rounding",
             f"the float16 input comes through {', '.join(unliftable)} from {source.op}, which "
-            "ONNX Runtime's CPU provider runs in float32 (no float16 kernel): the fused node's "
-            "input Cast would round it to float16 where the original does not",
+            "ONNX Runtime's CPU provider keeps in float32 here: the fused node's input Cast "
+            "would round it to float16 where the original does not",
         )
     return tuple(reversed(chain))
+
+
+def _norm_reads_rounded(x: gs.Tensor, match: Match, context: Context) -> bool | None:
+    """Whether ONNX Runtime reads `x` rounded into the matched nodes that read it (None: not
+    known, or the readers disagree)."""
+    lookup = context.facts.float16_rounded
+    readers = [node for node in match.nodes if node.outputs and any(t is x for t in node.inputs)]
+    if lookup is None or not readers:
+        return None
+    found = {lookup(node.outputs[0].name, x.name) for node in readers}
+    return found.pop() if len(found) == 1 else None
 
 
 def widened_float16(io: FusedIO, context: Context, params: tuple) -> bool:

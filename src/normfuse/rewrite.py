@@ -239,7 +239,7 @@ def _decide(
             ):
                 outcome = escape
         if isinstance(outcome, Site):
-            moves = _output_moves(outcome.fused, found.root, graph_outputs)
+            moves = _output_moves(outcome.fused, found.root, graph_outputs, context)
             end = moves[-1].outputs[0] if moves else None
             fused = replace(outcome.fused, output_moves=moves, moved_output=end)
             outcome = replace(outcome, root=found.root, fused=fused)
@@ -496,14 +496,18 @@ def _apply_site(emitter: _Emitter, site: Site, nodes: list[gs.Node]) -> None:
     )
 
 
-def _output_moves(fused: FusedNode, root: gs.Tensor, graph_outputs: set[str]) -> tuple:
+def _output_moves(
+    fused: FusedNode, root: gs.Tensor, graph_outputs: set[str], context: Context
+) -> tuple:
     """For a float16 norm fused as the float32 kernel between Casts (nothing else after it):
     the value-moving nodes (Reshape, Transpose, ...) that alone read its result, one after the
-    other, none of whose outputs but the last is a graph output. ONNX Runtime's CPU provider runs
-    such moves in float32 between float32 ops, so the original never rounds the result there;
-    moved in float32 and cast where the moves end, neither does the fused model (the input
-    side: `norm_checks.float16_input_moves`). Under ONNX's semantics the same values: a move
-    commutes with a Cast."""
+    other, none of whose outputs but the last is a graph output, where ONNX Runtime's CPU
+    provider reads the moved result unrounded in the original (asked of its graph:
+    `float16_partition`; a model-local function's reads are not shown, and its moves are taken
+    as they always were). Moved in float32 and cast where the moves end, the fused model rounds
+    where the original does (the input side: `norm_checks.float16_input_moves`; the output
+    guard compares every read both models share). Under ONNX's semantics the same values: a
+    move commutes with a Cast."""
     widened = fused.input_cast is not None and fused.output_cast is not None
     plain = fused.layout is None and fused.grouping is None and fused.scale_after is None
     if not (widened and plain and all(value is None for value in fused.after_cast)):
@@ -522,6 +526,11 @@ def _output_moves(fused: FusedNode, root: gs.Tensor, graph_outputs: set[str]) ->
             break
         moves.append(node)
         tensor = node.outputs[0]
+    lookup = context.facts.float16_rounded
+    if moves and lookup is not None:
+        readers = [user for user in tensor.outputs if user.outputs]
+        if any(lookup(user.outputs[0].name, tensor.name) for user in readers):
+            return ()  # the original rounds the moved result: so does the Cast at the norm
     return tuple(moves)
 
 
