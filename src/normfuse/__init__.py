@@ -81,6 +81,7 @@ def optimize(
     validation: ValidationOptions | None = None,
     tune_for: str | None = None,
     dims: dict[str, int] | None = None,
+    refuse_repairs: bool = False,
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
@@ -95,11 +96,17 @@ def optimize(
     shapes the model has with the symbolic dimension sizes `dims`
     (batch-like dims default to 1; any other unknown one is an error). The input is never
     modified.
+
+    The output guard runs both models on several input profiles (`profiles.PROFILES`) where the
+    model is small enough; a site after which an output differs beyond tolerance and further
+    from a float64 evaluation is left decomposed (`output-differs`), and one after which it
+    differs but is no nearer the original than float64 is kept as a *repair* (the site's
+    `repair` evidence), or, with `refuse_repairs`, left decomposed (`repair-refused`).
     """
     loaded = _load(model, base_dir)
     if validation is not None:  # a `dims` typo or a wrong `.npz` is refused before any work
         inputs.check_inputs(loaded.model, validation.dims, validation.npz)
-    output_guard = guard.OutputGuard(loaded.model)
+    output_guard = guard.OutputGuard(loaded.model, refuse_repairs)
     if tune_for is None:  # timed forms share the CPU with nothing
         output_guard.start()  # a large original's run overlaps the rewrite
     try:
@@ -145,7 +152,7 @@ def _optimize_loaded(
             result = rewrite_excluding(excluded)
         result.report.tuning = chooser.records()
     if validation is None:
-        return result
+        return _with_repairs(result, build, excluded, output_guard)
     checks = validate_module.check_sites(
         view.model,
         result.model,
@@ -168,6 +175,24 @@ def _optimize_loaded(
     )
     report.sites, report.rolled_back = checks, failed
     result.report.validation = report
+    return _with_repairs(result, build, excluded, output_guard)
+
+
+def _with_repairs(
+    result: OptimizeResult,
+    build: rollback.Build,
+    excluded: dict[str, tuple[str, str]],
+    output_guard: guard.OutputGuard,
+) -> OptimizeResult:
+    """`result` with each site that makes an output a repair carrying its evidence."""
+    found = rollback.repaired_sites(build, excluded, result, output_guard)
+    if found:
+        result.report.sites = [
+            dataclasses.replace(site, repair=found[site.output].evidence)
+            if site.output in found
+            else site
+            for site in result.report.sites
+        ]
     return result
 
 

@@ -183,6 +183,12 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
         help="check each site alone (rolling back failures) and the whole model",
     )
     sub.add_argument(
+        "--refuse-repairs",
+        action="store_true",
+        help="leave decomposed every site whose output differs from the original's, even where "
+        "it is nearer float64 (default: kept and reported as a repair)",
+    )
+    sub.add_argument(
         "--bench", action="store_true", help="time the original and the result side by side"
     )
     sub.add_argument(
@@ -629,6 +635,7 @@ def _optimize_one(
         validation=options,
         tune_for=args.tune_for,
         dims=parse_dims(args.dims),
+        refuse_repairs=args.refuse_repairs,
     )
     report = result.report
     report.input = str(model_path)

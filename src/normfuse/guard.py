@@ -29,10 +29,14 @@ import onnx
 from onnx.external_data_helper import uses_external_data
 
 from normfuse import inputs, sessions
+from normfuse.compare import compare_output
 from normfuse.errors import NormfuseError, first_line
 from normfuse.float16_partition import Float16Reads, has_float16, read_float16
+from normfuse.profiles import profiled_feeds
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
+from normfuse.subgraph import as_float64
+from normfuse.validate import narrowest_float_type
 
 # Models up to this serialized size, with no external data, are run once; above it only the
 # weightless checks run (a run reads and copies every weight).
@@ -47,17 +51,56 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Failure:
     """Why a rewritten model may not stand in for the original: a kebab-case `reason` and a
-    one-line `detail`."""
+    one-line `detail`; a repair's `evidence` (`Repair.as_dict`)."""
 
     reason: str
     detail: str
+    evidence: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class Repair:
+    """An output of the rewrite that differs from the original's beyond tolerance on one input
+    profile, and is no further than it from a float64 evaluation of the original."""
+
+    profile: str
+    output: str
+    original_to_float64: float
+    rewrite_to_float64: float
+
+    def as_dict(self) -> dict:
+        """The JSON form: the profile, the output, each model's distance to float64, why."""
+        return {
+            "profile": self.profile,
+            "output": self.output,
+            "original_to_float64": self.original_to_float64,
+            "rewrite_to_float64": self.rewrite_to_float64,
+            "why": "the rewrite differs from the original beyond tolerance on these inputs and "
+            "is no further from a float64 evaluation of the original",
+        }
+
+    def sentence(self) -> str:
+        """One line for the table and a failure's detail."""
+        return (
+            f"output {self.output!r} differs on the {self.profile} inputs: "
+            f"{_short(self.rewrite_to_float64)} from float64 against the original's "
+            f"{_short(self.original_to_float64)}"
+        )
+
+
+def _short(value: float) -> str:
+    return f"{value:.3g}"
 
 
 class OutputGuard:
     """Checks rewrites of one original model; what is asked of the original is done once."""
 
-    def __init__(self, original: onnx.ModelProto) -> None:
+    def __init__(self, original: onnx.ModelProto, refuse_repairs: bool = False) -> None:
         self.original = original
+        # With it, a repair is a failure (`repair-refused`) and its site is left decomposed.
+        self.refuse_repairs = refuse_repairs
+        # The last model checked and its repairs (asked again by `repair_failure`).
+        self._repairs: tuple[onnx.ModelProto | None, tuple[Repair, ...]] = (None, ())
         self._before: onnx.ModelProto | None = None
         self._original_errors: dict[str, str | None] = {}
         self._reference: _Reference | None = None
@@ -102,7 +145,23 @@ class OutputGuard:
         ran = None if run is None else run.wait()
         if found is not None or reference is None:
             return found
-        return ran if run is not None else reference.failure(optimised)
+        outcome = ran if run is not None else reference.failure(optimised)
+        if isinstance(outcome, Failure):
+            return outcome
+        self._repairs = (optimised, outcome)
+        if outcome and self.refuse_repairs:
+            return _repair_failure(outcome)
+        return None
+
+    def repair_failure(self, optimised: onnx.ModelProto) -> Failure | None:
+        """The repairs in `optimised` (which `failure` accepted) as a failure with their
+        evidence, to find the sites they come from; None where there are none."""
+        if self._repairs[0] is not optimised:
+            failure = self.failure(optimised, ort_only=False)
+            if failure is not None:
+                return failure
+        repairs = self._repairs[1] if self._repairs[0] is optimised else ()
+        return _repair_failure(repairs) if repairs else None
 
     def _rounding_failure(self, optimised: onnx.ModelProto) -> Failure | None:
         """Where ONNX Runtime's CPU provider rounds a float16 value that a node of both models
@@ -188,44 +247,142 @@ class _Worker(Generic[T]):
         return value
 
 
+def _repair_failure(repairs: tuple[Repair, ...]) -> Failure:
+    """The repairs as the failure they are where repairs are refused (and, to find their sites,
+    where they are not)."""
+    more = f" (and {len(repairs) - 1} more)" if len(repairs) > 1 else ""
+    detail = f"{repairs[0].sentence()}{more}"
+    return Failure("repair-refused", detail, tuple(repair.as_dict() for repair in repairs))
+
+
+@dataclass(frozen=True)
+class _ProfileRun:
+    """The original's run on one input profile, and its float64 evaluation (None: none)."""
+
+    profile: str
+    feeds: dict[str, np.ndarray]
+    outputs: tuple
+    float64: tuple | None
+
+
 @dataclass(frozen=True)
 class _Reference:
-    """The original's one run: the generated feeds and its outputs."""
+    """The original's runs on every input profile (`profiles`), with their float64 evaluations."""
 
-    feeds: dict[str, np.ndarray]
+    runs: tuple[_ProfileRun, ...]
     names: tuple[str, ...]
-    outputs: tuple
+    compute_dtype: str | None
 
     @staticmethod
     def of(original: onnx.ModelProto) -> _Reference | None:
-        """The original's run, or None where it is too large or does not load or run on
-        generated inputs (then only the weightless checks apply)."""
+        """The original's runs, or None where it is too large or does not load or run on
+        generated inputs (then only the weightless checks apply). A profile the original does
+        not run on is left out."""
         if not runnable(original):
             return None
         try:
             feeds, _ = inputs.make_inputs(original, inputs.probe_dims(original))
             session = sessions.create(original, "cpu", "disable")
-            outputs = session.run(None, feeds)
+            first = session.run(None, feeds)
         except Exception:  # whatever stops the original's run, the run is not a check
             return None
+        wide = _float64_session(original)
+        runs = []
+        for profile, profile_feeds in profiled_feeds(feeds).items():
+            try:
+                outputs = first if profile == "normal" else session.run(None, profile_feeds)
+            except Exception:  # an input the model rejects (an index, a size) proves nothing
+                continue
+            runs.append(
+                _ProfileRun(profile, profile_feeds, tuple(outputs), _float64(wide, profile_feeds))
+            )
         names = tuple(info.name for info in original.graph.output)
-        return _Reference(feeds, names, tuple(outputs))
+        return _Reference(tuple(runs), names, narrowest_float_type(original))
 
-    def failure(self, optimised: onnx.ModelProto) -> Failure | None:
-        """The rewrite's run on the same feeds: loads, runs, same output shapes and types."""
+    def failure(self, optimised: onnx.ModelProto) -> Failure | tuple[Repair, ...]:
+        """The rewrite's runs on the same feeds: it loads, runs, gives outputs of the same
+        shapes and types, each within tolerance of the original's or no further from float64
+        (a repair, returned); otherwise the failure."""
         try:
             session = sessions.create(optimised, "cpu", "disable")
         except NormfuseError as error:
             return Failure("output-does-not-load", str(error))
-        try:
-            outputs = session.run(None, self.feeds)
-        except Exception as error:  # ORT raises its own exception types
-            return Failure("output-does-not-run", f"ONNX Runtime: {first_line(error)}")
-        for name, before, after in zip(self.names, self.outputs, outputs, strict=True):
-            changed = _changed(before, after)
-            if changed is not None:
-                return Failure("output-shape-changed", f"output {name!r}: {changed}")
+        repairs: list[Repair] = []
+        for run in self.runs:
+            try:
+                outputs = session.run(None, run.feeds)
+            except Exception as error:  # ORT raises its own exception types
+                where = f" (on the {run.profile} inputs)" if run.profile != "normal" else ""
+                return Failure("output-does-not-run", f"ONNX Runtime{where}: {first_line(error)}")
+            for index, (name, before, after) in enumerate(
+                zip(self.names, run.outputs, outputs, strict=True)
+            ):
+                changed = _changed(before, after)
+                if changed is not None:
+                    return Failure("output-shape-changed", f"output {name!r}: {changed}")
+                reference = None if run.float64 is None else run.float64[index]
+                judged = self._judge(run.profile, name, before, after, reference)
+                if isinstance(judged, Failure):
+                    return judged
+                repairs += judged
+        return tuple(repairs)
+
+    def _judge(self, profile: str, name: str, before, after, reference) -> Failure | list[Repair]:
+        """One output on one profile: equal within tolerance ([]), a repair, or a failure."""
+        if not isinstance(before, np.ndarray):
+            return []  # sequences and optional values: their kind and shapes are checked
+        comparison = compare_output(name, before, after, compute_dtype=self.compute_dtype)
+        if comparison.passed:
+            return []
+        where = f"output {name!r} on the {profile} inputs"
+        if not isinstance(reference, np.ndarray) or reference.shape != before.shape:
+            return Failure(
+                "output-differs",
+                f"{where}: {comparison.detail} (no float64 evaluation to judge it by)",
+            )
+        original, rewrite = _distance(before, reference), _distance(after, reference)
+        if rewrite <= original:
+            return [Repair(profile, name, original, rewrite)]
+        return Failure(
+            "output-differs",
+            f"{where}: {comparison.detail}; {_short(rewrite)} from float64 against the "
+            f"original's {_short(original)}",
+        )
+
+
+def _float64_session(model: onnx.ModelProto):
+    """A session of `model` computed in float64, or None where ONNX Runtime cannot run it so."""
+    try:
+        return sessions.create(as_float64(model), "cpu", "disable")
+    except Exception:  # an op without a double kernel: no float64 evaluation
         return None
+
+
+def _float64(session, feeds: dict[str, np.ndarray]) -> tuple | None:
+    if session is None:
+        return None
+    wide = {
+        name: value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else value
+        for name, value in feeds.items()
+    }
+    try:
+        return tuple(session.run(None, wide))
+    except Exception:  # a float64 run that fails judges nothing
+        return None
+
+
+def _distance(values: np.ndarray, reference: np.ndarray) -> float:
+    """The largest distance of `values` from `reference` where the reference is finite (a
+    non-finite value there is infinitely far); for non-float values, the count that differ."""
+    if not np.issubdtype(values.dtype, np.floating):
+        return float(np.count_nonzero(values != reference))
+    wide, exact = values.astype(np.float64), reference.astype(np.float64)
+    finite = np.isfinite(exact)
+    if not finite.any():
+        return 0.0
+    if not np.isfinite(wide[finite]).all():
+        return float("inf")
+    return float(np.abs(wide[finite] - exact[finite]).max())
 
 
 def runnable(model: onnx.ModelProto) -> bool:

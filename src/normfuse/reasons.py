@@ -247,9 +247,9 @@ REASONS = (
     ),
     Reason(
         "float16-rounding",
-        "a float16 norm's input moved by Concat, Pad or Split from an op ORT's CPU provider runs "
-        "in float32: the fused node's input Cast would round it to float16 where it does not",
-        ("norm_checks",),
+        "ONNX Runtime's CPU provider would round a float16 value in the rewrite where it does "
+        "not in the original, or the other way round (read from the graphs it runs)",
+        ("guard", "norm_checks"),
     ),
     Reason(
         "skip-float16-sum",
@@ -330,6 +330,18 @@ REASONS = (
     Reason(
         "output-shape-changed",
         "an output's shape or element type differs from the original's at run time",
+        ("guard",),
+    ),
+    Reason(
+        "output-differs",
+        "an output differs from the original's beyond tolerance on an input profile, further "
+        "from a float64 evaluation (or with none to judge by)",
+        ("guard",),
+    ),
+    Reason(
+        "repair-refused",
+        "an output differs from the original's beyond tolerance, no further from float64 (a "
+        "repair), and repairs were refused (--refuse-repairs)",
         ("guard",),
     ),
     Reason(

@@ -101,6 +101,9 @@ class Site:
     function: tuple[str, str] | None = field(default=None, repr=False, compare=False)
     # Set by a pass whose form only a timing can choose (`FormQuestion`); None for the rest.
     form_question: FormQuestion | None = field(default=None, repr=False, compare=False)
+    # Where the fused model differs from the original beyond tolerance, no further from float64
+    # (the output guard's `Repair.as_dict`, one per output and input profile); (): nowhere.
+    repair: tuple[dict, ...] = field(default=(), repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""
@@ -121,6 +124,7 @@ class Site:
             "input": self.input,
             "output": self.output,
             "removed_nodes": list(self.removed_nodes),
+            **({"repair": list(self.repair)} if self.repair else {}),
         }
 
 

@@ -87,12 +87,24 @@ class Report:
             lines.append("output uses operators only ONNX Runtime accepts (not standard ONNX)")
         for miss in self.near_misses:
             lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
+        lines.extend(repair_line(site) for site in self.sites if site.repair)
         lines.extend(self.notes)
         lines.extend(f"tuned: {choice['summary']}" for choice in self.tuning)
         if self.validation is not None:
             verdict = "passed" if self.validation.passed else "FAILED"
             lines.extend(["", f"validation {verdict}:", self.validation.table()])
         return "\n".join(lines)
+
+
+def repair_line(site: Site) -> str:
+    """The table's line for a site kept as a repair: its first evidence, and how many more."""
+    first = site.repair[0]
+    more = f" (and {len(site.repair) - 1} more)" if len(site.repair) > 1 else ""
+    return (
+        f"repair {site.kind} at {site.output!r}: output {first['output']!r} differs from the "
+        f"original on the {first['profile']} inputs, {first['rewrite_to_float64']:.3g} from "
+        f"float64 against the original's {first['original_to_float64']:.3g}{more}"
+    )
 
 
 def site_lines(sites: list[Site], types: dict[str, TensorType], verbose: bool) -> list[str]:

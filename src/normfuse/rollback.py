@@ -5,6 +5,7 @@ reason); the model is never refused for one site. The failing sites are found by
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from normfuse.errors import NormfuseError
@@ -29,10 +30,32 @@ def guarded(build: Build, excluded: Excluded, output_guard: OutputGuard) -> Opti
         if failure is None:
             return result
         outputs = [site.output for site in result.report.sites]
-        found = culprits(build, excluded, outputs, failure, output_guard)
+        check = lambda trial: failure_of(trial, output_guard)  # noqa: E731
+        found = culprits(build, excluded, outputs, failure, check)
         if set(found) <= set(excluded):  # an exclusion that did not take: never loop
             raise NormfuseError(f"the output guard refused the rewrite: {failure.detail}")
-        excluded |= found
+        excluded |= {
+            output: (why.reason, f"{why.detail}; left decomposed") for output, why in found.items()
+        }
+
+
+def repaired_sites(
+    build: Build, excluded: Excluded, result: OptimizeResult, output_guard: OutputGuard
+) -> dict[str, Failure]:
+    """The sites of `result` (which the guard accepted) whose fusion makes an output differ
+    from the original's as a repair, each with its evidence (`Failure.evidence`); found by the
+    same bisection as the sites that fail."""
+    if not result.report.sites:
+        return {}
+    repairs = output_guard.repair_failure(result.model)
+    if repairs is None:
+        return {}
+
+    def check(trial: OptimizeResult) -> Failure | None:
+        return output_guard.repair_failure(trial.model) if trial.report.sites else None
+
+    outputs = [site.output for site in result.report.sites]
+    return culprits(build, excluded, outputs, repairs, check)
 
 
 def failure_of(result: OptimizeResult, output_guard: OutputGuard) -> Failure | None:
@@ -48,27 +71,27 @@ def culprits(
     excluded: Excluded,
     outputs: list[str],
     failure: Failure,
-    output_guard: OutputGuard,
-) -> Excluded:
-    """The sites (by output) among `outputs` that make the rewrite fail, each with its reason. A
-    failing group is split and each half fused alone (the other sites left decomposed); a site
-    that fails alone is a culprit, reported with its own failure. Where neither half fails
-    alone, the failure needs sites together and the whole group is rolled back. About
-    2·log2(n) rebuilds per failing site; none for a rewrite of one site."""
+    check: Callable[[OptimizeResult], Failure | None],
+) -> dict[str, Failure]:
+    """The sites (by output) among `outputs` that make the rewrite fail `check`, each with its
+    failure. A failing group is split and each half fused alone (the other sites left
+    decomposed); a site that fails alone is a culprit, reported with its own failure. Where
+    neither half fails alone, the failure needs sites together and the whole group is named.
+    About 2·log2(n) rebuilds per failing site; none for a rewrite of one site."""
 
     def alone(group: list[str]) -> Failure | None:
         others = {output: TRIAL for output in outputs if output not in group}
-        return failure_of(build(excluded | others), output_guard)
+        return check(build(excluded | others))
 
-    def search(group: list[str], why: Failure) -> Excluded:
+    def search(group: list[str], why: Failure) -> dict[str, Failure]:
         if len(group) == 1:
-            return {group[0]: (why.reason, f"{why.detail}; left decomposed")}
-        found: Excluded = {}
+            return {group[0]: why}
+        found: dict[str, Failure] = {}
         for half in (group[: len(group) // 2], group[len(group) // 2 :]):
             half_failure = alone(half)
             if half_failure is not None:
                 found |= search(half, half_failure)
-        together = f"{why.detail} (with {len(group)} sites together); left decomposed"
-        return found or {output: (why.reason, together) for output in group}
+        together = replace(why, detail=f"{why.detail} (with {len(group)} sites together)")
+        return found or dict.fromkeys(group, together)
 
     return search(outputs, failure)
