@@ -17,7 +17,14 @@ import onnx
 
 from normfuse.inference import TensorType, infer_body, resolved_body
 from normfuse.scopes import subgraphs
-from normfuse.shape_rules import FULL, SAME_SHAPE, trusted_dims
+from normfuse.shape_rules import (
+    BROADCAST,
+    FULL,
+    RANK_FROM_LENGTH,
+    SAME_SHAPE,
+    rank_follows,
+    trusted_dims,
+)
 
 FunctionKey = tuple[str, str]
 # Nested function calls followed before a call's body is left untyped (ONNX forbids recursion;
@@ -30,9 +37,13 @@ class _Scope:
     types: dict[str, TensorType]  # what inference derived
     result: dict[str, TensorType]  # element types, and the dims ONNX Runtime agrees with
     trusted: set[str] = field(default_factory=set)  # names whose whole shape is trusted
+    ranked: set[str] = field(default_factory=set)  # names whose rank (at least) is trusted
 
     def child(self) -> _Scope:
-        return _Scope(self.types, dict(self.result), set(self.trusted))
+        return _Scope(self.types, dict(self.result), set(self.trusted), set(self.ranked))
+
+    def has_rank(self, name: str) -> bool:
+        return name in self.trusted or name in self.ranked
 
     def trust(self, name: str, found: TensorType | None = None) -> None:
         found = self.types.get(name) if found is None else found
@@ -205,10 +216,8 @@ class _Walk:
 def _node(node: onnx.NodeProto, scope: _Scope) -> None:
     """One node outside any body: its outputs trusted as far as its rule and inputs allow."""
     trust = trusted_dims(node)
-    if trust is None:
-        return
     inputs = [name for name in node.input if name]
-    if all(name in scope.trusted for name in inputs):
+    if trust is not None and all(name in scope.trusted for name in inputs):
         for name in node.output:
             found = scope.types.get(name)
             if not name:
@@ -219,14 +228,63 @@ def _node(node: onnx.NodeProto, scope: _Scope) -> None:
                 shape = found[1]
                 scope.result[name] = (found[0], shape[:trust] + (None,) * (len(shape) - trust))
         return
-    if node.op_type in SAME_SHAPE and inputs and all(n in scope.trusted for n in inputs[1:]):
+    if (
+        trust is not None
+        and node.op_type in SAME_SHAPE
+        and inputs
+        and all(n in scope.trusted for n in inputs[1:])
+    ):
         partial = scope.result.get(node.input[0])
-        if partial is None or partial[1] is None:
-            return
-        for name in node.output:
-            found = scope.types.get(name)
-            if found is not None and found[1] is not None and len(found[1]) == len(partial[1]):
-                scope.result[name] = (found[0], partial[1])
+        if partial is not None and partial[1] is not None:
+            for name in node.output:
+                found = scope.types.get(name)
+                if found is not None and found[1] is not None and len(found[1]) == len(partial[1]):
+                    scope.result[name] = (found[0], partial[1])
+    _rank_only(node, inputs, scope)
+
+
+def _rank_only(node: onnx.NodeProto, inputs: list[str], scope: _Scope) -> None:
+    """The outputs' ranks, where the dims are not trusted: a standard op's output rank follows
+    from its inputs' ranks and its attributes (`rank_follows`), or, for the ops that take it
+    from a shape or axes input's length, from that input's trusted shape."""
+    if not rank_follows(node):
+        return
+    leading, rest = inputs[:1], inputs[1:]
+    if node.op_type in RANK_FROM_LENGTH:
+        ok = all(scope.has_rank(n) for n in leading) and all(n in scope.trusted for n in rest)
+    else:
+        ok = all(scope.has_rank(name) for name in inputs)
+    if not ok:
+        return
+    for name in node.output:
+        found = scope.types.get(name)
+        if not name or found is None or found[1] is None:
+            continue
+        known = scope.result.get(name)
+        if known is None or known[1] is None or len(known[1]) != len(found[1]):
+            dims = (None,) * len(found[1])
+            if node.op_type in BROADCAST:
+                dims = _broadcast_dims(found[1], [scope.result.get(n) for n in inputs])
+            scope.result[name] = (found[0], dims)
+        scope.ranked.add(name)
+
+
+def _broadcast_dims(inferred: tuple, operands: list[TensorType | None]) -> tuple:
+    """A broadcasting op's output dims that its inputs fix: a size above 1 at a position (from
+    the right) of an input whose dims are trusted is the output's there, or the op fails."""
+    dims = []
+    for offset in range(1, len(inferred) + 1):
+        sizes = {
+            shape[-offset]
+            for _, shape in filter(None, operands)
+            if shape is not None
+            and len(shape) >= offset
+            and isinstance(shape[-offset], int)
+            and shape[-offset] > 1
+        }
+        dim = inferred[-offset]
+        dims.append(dim if sizes == {dim} else None)
+    return tuple(reversed(dims))
 
 
 def _every_dim_named(found: TensorType | None) -> bool:

@@ -29,13 +29,13 @@ import onnx
 from onnx.external_data_helper import uses_external_data
 
 from normfuse import inputs, sessions
-from normfuse.compare import compare_output
+from normfuse.compare import compare_output, distance
 from normfuse.errors import NormfuseError, first_line
 from normfuse.float16_partition import Float16Reads, has_float16, read_float16
+from normfuse.float64_reference import Runner, float64_runner
 from normfuse.profiles import profiled_feeds
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
-from normfuse.subgraph import as_float64
 from normfuse.validate import narrowest_float_type
 
 # Models up to this serialized size, with no external data, are run once; above it only the
@@ -286,7 +286,7 @@ class _Reference:
             first = session.run(None, feeds)
         except Exception:  # whatever stops the original's run, the run is not a check
             return None
-        wide = _float64_session(original)
+        wide, _ = float64_runner(original)
         runs = []
         for profile, profile_feeds in profiled_feeds(feeds).items():
             try:
@@ -340,7 +340,7 @@ class _Reference:
                 "output-differs",
                 f"{where}: {comparison.detail} (no float64 evaluation to judge it by)",
             )
-        original, rewrite = _distance(before, reference), _distance(after, reference)
+        original, rewrite = distance(before, reference), distance(after, reference)
         if rewrite <= original:
             return [Repair(profile, name, original, rewrite)]
         return Failure(
@@ -350,39 +350,13 @@ class _Reference:
         )
 
 
-def _float64_session(model: onnx.ModelProto):
-    """A session of `model` computed in float64, or None where ONNX Runtime cannot run it so."""
-    try:
-        return sessions.create(as_float64(model), "cpu", "disable")
-    except Exception:  # an op without a double kernel: no float64 evaluation
+def _float64(run: Runner | None, feeds: dict[str, np.ndarray]) -> tuple | None:
+    if run is None:
         return None
-
-
-def _float64(session, feeds: dict[str, np.ndarray]) -> tuple | None:
-    if session is None:
-        return None
-    wide = {
-        name: value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else value
-        for name, value in feeds.items()
-    }
     try:
-        return tuple(session.run(None, wide))
+        return tuple(run(feeds))
     except Exception:  # a float64 run that fails judges nothing
         return None
-
-
-def _distance(values: np.ndarray, reference: np.ndarray) -> float:
-    """The largest distance of `values` from `reference` where the reference is finite (a
-    non-finite value there is infinitely far); for non-float values, the count that differ."""
-    if not np.issubdtype(values.dtype, np.floating):
-        return float(np.count_nonzero(values != reference))
-    wide, exact = values.astype(np.float64), reference.astype(np.float64)
-    finite = np.isfinite(exact)
-    if not finite.any():
-        return 0.0
-    if not np.isfinite(wide[finite]).all():
-        return float("inf")
-    return float(np.abs(wide[finite] - exact[finite]).max())
 
 
 def runnable(model: onnx.ModelProto) -> bool:

@@ -115,3 +115,27 @@ def trusted_dims(node: onnx.NodeProto) -> int | None:
         return None
     rule = RULES.get(node.op_type)
     return None if rule is None else rule(node)
+
+
+# Ops whose output rank is the length of a shape or axes input (all but the first): their rank
+# is trusted only where that input's shape is.
+RANK_FROM_LENGTH = _ops(
+    "Reshape Expand ConstantOfShape Unsqueeze Squeeze ReduceMean ReduceSum ReduceMax ReduceMin "
+    "ReduceProd ReduceSumSquare ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp"
+)
+# Ops whose output rank depends on run-time dims, not only on ranks and attributes.
+RANK_FROM_VALUES = _ops("Squeeze NonZero Compress Loop Scan If Unique")
+
+
+def rank_follows(node: onnx.NodeProto) -> bool:
+    """Whether ONNX Runtime's output ranks of `node` are what onnx infers once its inputs'
+    ranks are (swept on the zoo: tests/test_ort_shape_agreement.py): every standard op but
+    those whose rank depends on values (`RANK_FROM_VALUES`; Squeeze with an `axes` attribute
+    or input is fine), with no attribute referenced from a function's caller."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if any(attribute.ref_attr_name for attribute in node.attribute):
+        return False
+    if node.op_type == "Squeeze":
+        return len(node.input) > 1 or any(a.name == "axes" for a in node.attribute)
+    return node.op_type not in RANK_FROM_VALUES

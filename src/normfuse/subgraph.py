@@ -127,23 +127,43 @@ def _loaded(tensor: onnx.TensorProto, base_dir: Path | None) -> onnx.TensorProto
 
 def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
     """A float64 copy of a model whose floats are float16/float32 (initializers, declared types,
-    `Cast` targets, `Constant` values), for a reference run. Its weights must be in memory."""
+    `Cast` targets, `Constant` values, the statistics' `stash_type`), in every body and
+    model-local function, for a reference run. Its weights must be in memory."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    graph = copy.graph
-    for tensor in graph.initializer:
-        if tensor.data_type in FLOAT_ELEM_TYPES:
-            tensor.CopyFrom(_float64_tensor(tensor))
-    for info in [*graph.input, *graph.output, *graph.value_info]:
-        if info.type.tensor_type.elem_type in FLOAT_ELEM_TYPES:
-            info.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
-    for node in graph.node:
+    graphs = list(all_graphs(copy.graph))
+    for graph in graphs:
+        for tensor in graph.initializer:
+            if tensor.data_type in FLOAT_ELEM_TYPES:
+                tensor.CopyFrom(_float64_tensor(tensor))
+        for info in [*graph.input, *graph.output, *graph.value_info]:
+            if info.type.tensor_type.elem_type in FLOAT_ELEM_TYPES:
+                info.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    opset = next((o.version for o in copy.opset_import if o.domain in ("", "ai.onnx")), 0)
+    for graph in graphs:
+        _widen_nodes(graph.node, opset)
+    for function in copy.functions:
+        _widen_nodes(function.node, opset)
+    return copy
+
+
+# Standard ops with a `stash_type` (the statistics' type, float32 by default), from the opset
+# that gave it to them: set to float64 even where the model leaves the default.
+_STASHED = {"LayerNormalization": 17, "GroupNormalization": 21, "RMSNormalization": 23}
+
+
+def _widen_nodes(nodes, opset: int) -> None:
+    """Float types named by nodes (Cast targets, statistics types, constant values) to float64."""
+    for node in nodes:
+        since = _STASHED.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        stashed = any(attribute.name == "stash_type" for attribute in node.attribute)
+        if since is not None and opset >= since and not stashed:
+            node.attribute.append(onnx.helper.make_attribute("stash_type", onnx.TensorProto.DOUBLE))
         for attribute in node.attribute:
-            if (
-                node.op_type == "Cast"
-                and attribute.name == "to"
-                and attribute.i in FLOAT_ELEM_TYPES
-            ):
+            widened_type = (node.op_type == "Cast" and attribute.name == "to") or (
+                attribute.name == "stash_type"
+            )
+            if widened_type and attribute.i in FLOAT_ELEM_TYPES:
                 attribute.i = onnx.TensorProto.DOUBLE
             if attribute.HasField("t") and attribute.t.data_type in FLOAT_ELEM_TYPES:
                 attribute.t.CopyFrom(_float64_tensor(attribute.t))
@@ -154,7 +174,6 @@ def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
             node.attribute.append(
                 onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(array))
             )
-    return copy
 
 
 def _float64_tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:

@@ -17,12 +17,13 @@ import onnx
 from normfuse import sessions
 from normfuse.compare import OutputComparison, compare_output
 from normfuse.errors import NormfuseError, first_line, runtime_message
+from normfuse.float64_reference import float64_runner
 from normfuse.inputs import input_hint, make_inputs
 from normfuse.model_io import external_tensors
+from normfuse.profiles import profiled_feeds
 from normfuse.records import Site
 from normfuse.shapes import TensorType, tensor_types
 from normfuse.site_inputs import isolate
-from normfuse.subgraph import as_float64
 
 WHOLE_MODEL_LEVELS = ("disable", "all")
 
@@ -46,6 +47,7 @@ class RunComparison:
     provider: str
     level: str
     outputs: tuple[OutputComparison, ...]
+    profile: str = "normal"  # the input profile (`profiles.PROFILES`) both models ran on
 
     @property
     def passed(self) -> bool:
@@ -57,6 +59,7 @@ class RunComparison:
         return {
             "provider": self.provider,
             "level": self.level,
+            "profile": self.profile,
             "passed": self.passed,
             "outputs": [output.as_dict() for output in self.outputs],
         }
@@ -122,7 +125,7 @@ class ValidationReport:
         """One line per provider, level and output with the tolerance it was held to and each
         model's distance from the float64 reference; then failing sites and notes."""
         lines = [
-            f"{'provider':<9}{'level':<9}{'output':<32}{'max abs':>10}{'max rel':>10}"
+            f"{'provider':<9}{'level':<9}{'inputs':<15}{'output':<24}{'max abs':>10}{'max rel':>10}"
             f"  {'atol/rtol':<12}{'orig-f64':>9}{'cand-f64':>9}  result"
         ]
         further = []
@@ -133,7 +136,7 @@ class ValidationReport:
                     verdict += ", further from float64"
                     further.append(out)
                 lines.append(
-                    f"{run.provider:<9}{run.level:<9}{out.output[:31]:<32}"
+                    f"{run.provider:<9}{run.level:<9}{run.profile:<15}{out.output[:23]:<24}"
                     f"{out.max_abs:>10.3g}{out.max_rel:>10.3g}  {_tolerance_text(out):<12}"
                     f"{_error_text(out.reference_error_original):>9}"
                     f"{_error_text(out.reference_error_candidate):>9}  {verdict}"
@@ -199,52 +202,71 @@ def compare_models(
     original_dir: Path | None = None,
     candidate_dir: Path | None = None,
 ) -> ValidationReport:
-    """Run both models on the same inputs on each provider and level; compare every output."""
+    """Run both models on the same inputs on each provider and level, the given or generated
+    inputs (`normal`) and the other input profiles made from them (`profiles`: what the output
+    guard runs too); compare every output, judged against a float64 evaluation of the original
+    where one runs. A profile the original does not run on is noted and skipped."""
     _check_same_signature(original, candidate)
     feeds, notes = make_inputs(original, options.dims, options.seed, options.npz)
-    reference, reference_note = _float64_reference(original, feeds)
-    notes.append(reference_note)
     names = [info.name for info in original.graph.output]
     hint = input_hint(options.dims, options.npz)
     compute_dtype = narrowest_float_type(original)
+    profiled = profiled_feeds(feeds, options.seed)
+    references = {}
+    for profile, profile_feeds in profiled.items():
+        references[profile], note = _float64_reference(original, profile_feeds)
+        if profile == "normal":
+            notes.append(note)
     runs = []
     for provider in options.providers:
         for level in sessions.levels_for(provider, WHOLE_MODEL_LEVELS):
             try:
-                expected = _run(original, provider, level, original_dir, feeds, hint)
+                before = sessions.create(original, provider, level, original_dir)
+                expected = _run(before, provider, level, feeds, hint)
             except NormfuseError as error:
                 if level == "disable":
                     raise
                 notes.append(f"level {level} on {provider} skipped: {error}")
                 continue
             try:
-                actual = sessions.create(candidate, provider, level, candidate_dir).run(None, feeds)
-            except Exception as error:  # the candidate fails where the original runs: a failure
+                after = sessions.create(candidate, provider, level, candidate_dir)
+            except Exception as error:  # the candidate fails where the original loads: a failure
                 runs.append(RunComparison(provider, level, _not_run(names, error)))
                 continue
-            outputs = tuple(
-                compare_output(
-                    name,
-                    e,
-                    a,
-                    options.atol,
-                    options.rtol,
-                    None if reference is None else reference[index],
-                    compute_dtype,
+            for profile, profile_feeds in profiled.items():
+                if profile != "normal":
+                    try:
+                        expected = before.run(None, profile_feeds)
+                    except Exception:  # an input the model rejects proves nothing
+                        notes.append(f"the {profile} inputs do not run in the original: skipped")
+                        continue
+                try:
+                    actual = after.run(None, profile_feeds)
+                except Exception as error:  # the candidate fails where the original runs
+                    runs.append(RunComparison(provider, level, _not_run(names, error), profile))
+                    continue
+                reference = references[profile]
+                outputs = tuple(
+                    compare_output(
+                        name,
+                        e,
+                        a,
+                        options.atol,
+                        options.rtol,
+                        None if reference is None else reference[index],
+                        compute_dtype,
+                    )
+                    for index, (name, e, a) in enumerate(zip(names, expected, actual, strict=True))
                 )
-                for index, (name, e, a) in enumerate(zip(names, expected, actual, strict=True))
-            )
-            runs.append(RunComparison(provider, level, outputs))
-    return ValidationReport(runs, notes=notes)
+                runs.append(RunComparison(provider, level, outputs, profile))
+    return ValidationReport(runs, notes=list(dict.fromkeys(notes)))
 
 
-def _run(model, provider: str, level: str, base_dir, feeds: dict, hint: str) -> list:
+def _run(session, provider: str, level: str, feeds: dict, hint: str) -> list:
     """The original's outputs; `NormfuseError` when it cannot run on these inputs (a model the
     user must give other inputs or dims for, not a failed check): ORT's message, then `hint`."""
     try:
-        return sessions.create(model, provider, level, base_dir).run(None, feeds)
-    except NormfuseError:
-        raise
+        return session.run(None, feeds)
     except Exception as error:
         raise NormfuseError(
             f"the original does not run on the validation inputs ({provider}, level {level}): "
@@ -296,16 +318,13 @@ def _float64_reference(
 ) -> tuple[list[np.ndarray] | None, str]:
     if next(external_tensors(model), None) is not None:
         return None, "no float64 reference: weights are in external data"
-    wide = as_float64(model)
-    wide_feeds = {
-        name: value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else value
-        for name, value in feeds.items()
-    }
+    run, how = float64_runner(model)
+    if run is None:
+        return None, f"no float64 reference: {how}"
     try:
-        return sessions.create(wide, "cpu").run(None, wide_feeds), "float64 reference: CPU"
+        return list(run(feeds)), f"float64 reference: {how}"
     except Exception as error:
-        reason = runtime_message(error, 200)
-        return None, f"no float64 reference (ONNX Runtime cannot run it in float64): {reason}"
+        return None, f"no float64 reference ({how} failed): {runtime_message(error, 200)}"
 
 
 def check_sites(

@@ -1,0 +1,80 @@
+"""A float64 evaluation of a model, the judge of every difference the proof finds.
+
+The model is widened to float64 (`subgraph.as_float64`: weights, types, Casts, the statistics'
+`stash_type`) and run by ONNX Runtime's CPU provider; where ONNX Runtime has no double kernel for
+one of its ops (`Erf`, `Resize`, ...), by onnx's reference evaluator instead (`onnx.reference`,
+exact NumPy in float64), for a model up to `REFERENCE_BYTES` (it is slow on large ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+
+from normfuse import sessions
+from normfuse.errors import runtime_message
+from normfuse.subgraph import as_float64
+
+REFERENCE_BYTES = 16 * 2**20
+Runner = Callable[[dict[str, np.ndarray]], list]
+
+
+def float64_runner(model: onnx.ModelProto) -> tuple[Runner | None, str]:
+    """A function running `model` in float64 on feeds (cast to float64 where they are float),
+    and how ("ONNX Runtime", "onnx.reference"); None and why where neither can."""
+    wide = as_float64(model)
+    try:
+        session = sessions.create(wide, "cpu", "disable")
+    except Exception as error:
+        why = runtime_message(error, 200)
+        if wide.ByteSize() > REFERENCE_BYTES:
+            return (
+                None,
+                f"ONNX Runtime cannot run it in float64 ({why}); too large for onnx.reference",
+            )
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            evaluator = ReferenceEvaluator(wide, new_ops=list(_exact_kernels()))
+        except Exception as reference_error:
+            return (
+                None,
+                f"ONNX Runtime cannot run it in float64 ({why}), nor onnx.reference "
+                f"({runtime_message(reference_error, 200)})",
+            )
+        return lambda feeds: evaluator.run(None, _wide(feeds)), "onnx.reference"
+    return lambda feeds: session.run(None, _wide(feeds)), "ONNX Runtime"
+
+
+def _exact_kernels() -> tuple[type, ...]:
+    """Kernels onnx's reference evaluator (1.23) lacks or gets wrong here: GatherElements by
+    `np.take_along_axis` (its own fails on indices shaped unlike the data: a [1, 4] gather from
+    BERT's [1, 512] token types), and LayerNormalization with the float64 statistics the widened
+    model asks for (its own refuses any `stash_type` but float)."""
+    from onnx.reference.op_run import OpRun
+
+    class GatherElements(OpRun):
+        def _run(self, data, indices, axis=None):
+            axis = 0 if axis is None else axis
+            wrapped = np.where(indices < 0, indices + data.shape[axis], indices)
+            return (np.take_along_axis(data, wrapped, axis=axis),)
+
+    class LayerNormalization(OpRun):
+        def _run(self, x, scale, bias=None, axis=None, epsilon=None, stash_type=None):
+            axis = -1 if axis is None else axis
+            axes = tuple(range(axis % x.ndim, x.ndim))
+            mean = x.mean(axis=axes, keepdims=True)
+            inv_std = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + epsilon)
+            y = (x - mean) * inv_std * scale + (0 if bias is None else bias)
+            return (y.astype(x.dtype), mean, inv_std)
+
+    return GatherElements, LayerNormalization
+
+
+def _wide(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {
+        name: value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else value
+        for name, value in feeds.items()
+    }
