@@ -243,10 +243,11 @@ def test_layer_norm_behind_space_to_depth_fuses() -> None:
 
 @pytest.mark.parametrize(
     ("front", "gamma", "reason"),
-    [("einsum", None, "unknown-rank"), ("s2d", (2, 1), "gamma-shape")],
+    [("einsum", None, "unknown-shape"), ("s2d", (2, 1), "gamma-shape")],
 )
 def test_layer_norm_behind_space_to_depth_look_alikes(front, gamma, reason) -> None:
-    """The same values moved by Einsum (off the allow-list: no rank trusted), or a scale
+    """The same values moved by Einsum (off the dim allow-list: its rank, from the equation,
+    is trusted, its dims are not), or a scale
     [2, 1] that varies along W, not the normalised axis: nothing fused, the reason given."""
     model = _space_to_depth_norm(front, gamma)
     run(model, random_inputs(model))

@@ -409,6 +409,8 @@ def test_bisection_rebuilds_logarithmically(monkeypatch):
         return with_inputs(site, site.fused.inputs[0], np.ones(16, np.float32))
 
     plant(monkeypatch, target, short_scale)
+    # Every layer norm here is a repair on offset rows; finding their sites is another search.
+    monkeypatch.setattr(normfuse.rollback, "repaired_sites", lambda *args: {})
     builds = []
     rewrite = normfuse._optimize
     monkeypatch.setattr(normfuse, "_optimize", lambda *a, **k: builds.append(1) or rewrite(*a, **k))

@@ -103,7 +103,7 @@ def compare_output(
     if (
         wide_reference is not None
         and (differs & ~repaired).any()
-        and distance(wide_candidate, wide_reference) <= distance(wide_original, wide_reference)
+        and no_further(wide_candidate, wide_original, wide_reference, atol_, rtol_)
     ):
         repaired = differs
     failing = differs & ~repaired
@@ -188,6 +188,18 @@ def _detail(failing, finite, diff, atol: float, rtol: float, max_abs: float) -> 
         f"max abs error {max_abs:.3g} exceeds atol {atol:g} + rtol {rtol:g} * |x| "
         f"(worst at flat index {worst})"
     )
+
+
+def no_further(
+    candidate: np.ndarray, original: np.ndarray, reference: np.ndarray, atol: float, rtol: float
+) -> bool:
+    """Whether `candidate` is no further from the float64 `reference` than `original`, up to
+    the tolerance the comparison holds outputs to (atol + rtol * the reference's largest finite
+    magnitude): two float32 evaluations of an ill-conditioned row are each about that far from
+    float64, and which is nearer is a coin toss, not a change in what is computed."""
+    finite = np.abs(reference[np.isfinite(reference)].astype(np.float64))
+    slack = atol + rtol * (float(finite.max()) if finite.size else 0.0)
+    return distance(candidate, reference) <= distance(original, reference) + slack
 
 
 def distance(values: np.ndarray, reference: np.ndarray) -> float:

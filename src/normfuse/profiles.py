@@ -15,14 +15,32 @@ float inputs of one generated feed set (integer inputs, token ids and masks, are
 from __future__ import annotations
 
 import numpy as np
+import onnx
+
+from normfuse.scopes import all_graphs
 
 PROFILES = ("normal", "offset", "float16-limits", "constant-rows", "outliers")
 
 
-def profiled_feeds(feeds: dict[str, np.ndarray], seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+# Inputs that size or place a result rather than carry data: (op, input index).
+_SIZING = {("Resize", 1), ("Resize", 2), ("Upsample", 1), ("Range", 0), ("Range", 1)}
+_SIZING |= {("Range", 2), ("ConstantOfShape", 0), ("Tile", 1), ("Expand", 1), ("Reshape", 1)}
+
+
+def profiled_feeds(
+    feeds: dict[str, np.ndarray], model: onnx.ModelProto, seed: int = 0
+) -> dict[str, dict[str, np.ndarray]]:
     """Each profile's feeds, built from `feeds` (the `normal` ones); only `normal` where no
-    input is a float tensor."""
-    floats = [name for name, value in feeds.items() if _is_float(value)]
+    input is a float data tensor. A float input that sizes a result (a Resize's scales, a
+    Range's bounds: `_SIZING`, in any scope) keeps its value."""
+    sizing = {
+        node.input[index]
+        for graph in all_graphs(model.graph)
+        for node in graph.node
+        for index in range(len(node.input))
+        if (node.op_type, index) in _SIZING
+    }
+    floats = [n for n, value in feeds.items() if _is_float(value) and n not in sizing]
     if not floats:
         return {"normal": feeds}
     rng = np.random.default_rng(seed)

@@ -160,6 +160,8 @@ def _widen_nodes(nodes, opset: int) -> None:
         if since is not None and opset >= since and not stashed:
             node.attribute.append(onnx.helper.make_attribute("stash_type", onnx.TensorProto.DOUBLE))
         for attribute in node.attribute:
+            if attribute.ref_attr_name:
+                continue  # a function's caller sets it (widened at the call)
             widened_type = (node.op_type == "Cast" and attribute.name == "to") or (
                 attribute.name == "stash_type"
             )
@@ -167,7 +169,11 @@ def _widen_nodes(nodes, opset: int) -> None:
                 attribute.i = onnx.TensorProto.DOUBLE
             if attribute.HasField("t") and attribute.t.data_type in FLOAT_ELEM_TYPES:
                 attribute.t.CopyFrom(_float64_tensor(attribute.t))
-        if node.op_type == "Constant" and node.attribute[0].name in ("value_float", "value_floats"):
+        if (
+            node.op_type == "Constant"
+            and node.attribute[0].name in ("value_float", "value_floats")
+            and not node.attribute[0].ref_attr_name
+        ):
             value = onnx.helper.get_attribute_value(node.attribute[0])
             array = np.asarray(value, dtype=np.float64)
             del node.attribute[:]
