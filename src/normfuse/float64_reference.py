@@ -8,6 +8,7 @@ exact NumPy in float64), for a model up to `REFERENCE_BYTES` (it is slow on larg
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -18,13 +19,15 @@ from normfuse.errors import runtime_message
 from normfuse.subgraph import as_float64
 
 REFERENCE_BYTES = 16 * 2**20
+# GridSample's modes before opset 20, by their later names (the same interpolation).
+_GRID_MODES = {"bilinear": "linear", "bicubic": "cubic"}
 Runner = Callable[[dict[str, np.ndarray]], list]
 
 
 def float64_runner(model: onnx.ModelProto) -> tuple[Runner | None, str]:
     """A function running `model` in float64 on feeds (cast to float64 where they are float),
     and how ("ONNX Runtime", "onnx.reference"); None and why where neither can."""
-    wide = as_float64(model)
+    wide = as_float64(_inlined(model))
     try:
         session = sessions.create(wide, "cpu", "disable")
     except Exception as error:
@@ -48,12 +51,28 @@ def float64_runner(model: onnx.ModelProto) -> tuple[Runner | None, str]:
     return lambda feeds: session.run(None, _wide(feeds)), "ONNX Runtime"
 
 
+def _inlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its local functions inlined (a constant a caller sets through an attribute
+    is then a plain constant, widened like the rest); as it is where onnx cannot inline it."""
+    if not model.functions:
+        return model
+    try:
+        from onnx.inliner import inline_local_functions
+
+        return inline_local_functions(model)
+    except Exception:  # the widened copy of the model as it is
+        return model
+
+
 def _exact_kernels() -> tuple[type, ...]:
     """Kernels onnx's reference evaluator (1.23) lacks or gets wrong here: GatherElements by
     `np.take_along_axis` (its own fails on indices shaped unlike the data: a [1, 4] gather from
-    BERT's [1, 512] token types), and LayerNormalization with the float64 statistics the widened
-    model asks for (its own refuses any `stash_type` but float)."""
+    BERT's [1, 512] token types), LayerNormalization with the float64 statistics the widened
+    model asks for (its own refuses any `stash_type` but float), GridSample's modes before
+    opset 20 (`bilinear`, `bicubic`), Erf in float64 (its own rounds to float32), and
+    com.microsoft's Gelu (exact, by erf)."""
     from onnx.reference.op_run import OpRun
+    from onnx.reference.ops.op_grid_sample import GridSample as ReferenceGridSample
 
     class GatherElements(OpRun):
         def _run(self, data, indices, axis=None):
@@ -70,7 +89,29 @@ def _exact_kernels() -> tuple[type, ...]:
             y = (x - mean) * inv_std * scale + (0 if bias is None else bias)
             return (y.astype(x.dtype), mean, inv_std)
 
-    return GatherElements, LayerNormalization
+    class GridSample(ReferenceGridSample):
+        def _run(self, x, grid, mode=None, padding_mode=None, align_corners=None):
+            mode = _GRID_MODES.get(mode or self.mode, mode or self.mode)
+            return super()._run(
+                x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners
+            )
+
+    class Erf(OpRun):
+        def _run(self, x):
+            return (_erf(x),)
+
+    class Gelu(OpRun):
+        op_domain = "com.microsoft"
+
+        def _run(self, x, approximate=None):
+            return (0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),)
+
+    return GatherElements, LayerNormalization, GridSample, Erf, Gelu
+
+
+def _erf(values: np.ndarray) -> np.ndarray:
+    """erf in the values' own precision (onnx's reference Erf computes it in float32)."""
+    return np.vectorize(math.erf, otypes=[np.float64])(values).astype(values.dtype)
 
 
 def _wide(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
