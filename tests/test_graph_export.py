@@ -38,3 +38,59 @@ def _assert_same(model: onnx.ModelProto) -> None:
     bodies = [f.SerializeToString(deterministic=True) for f in graph_export.functions(graph)]
     assert bodies == [f.SerializeToString(deterministic=True) for f in expected.functions]
     assert len(written.node) == len(model.graph.node)
+
+
+def _empty_axes_beside_rms(in_body: bool) -> onnx.ModelProto:
+    """ReduceMean-13 with `axes=[]` (reduce everything) beside an RMS norm; the ReduceMean in an
+    If branch with `in_body`."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    everything = helper.make_node("ReduceMean", ["x"], ["all"], keepdims=1)
+    everything.attribute.append(
+        helper.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS)
+    )
+    rms = [
+        helper.make_node("Mul", ["x", "x"], ["square"]),
+        helper.make_node("ReduceMean", ["square"], ["mean_square"], axes=[-1]),
+        helper.make_node("Add", ["mean_square", "eps"], ["shifted"]),
+        helper.make_node("Sqrt", ["shifted"], ["rms"]),
+        helper.make_node("Div", ["x", "rms"], ["normed"]),
+        helper.make_node("Mul", ["normed", "gain"], ["y"]),
+    ]
+    all_info = helper.make_tensor_value_info("all", TensorProto.FLOAT, [1, 1])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])]
+    if in_body:
+        branch = helper.make_graph([everything], "branch", [], [all_info])
+        nodes = [helper.make_node("If", ["flag"], ["all"], then_branch=branch, else_branch=branch)]
+        inputs.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    else:
+        nodes = [everything]
+    graph = helper.make_graph(
+        [*nodes, *rms],
+        "empty_axes",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]), all_info],
+        [
+            numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+            numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "gain"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("in_body", [False, True], ids=["main", "if-body"])
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_an_empty_list_attribute_is_written_with_its_type(target: str, in_body: bool) -> None:
+    """issue 34: `--target onnx` lost the whole model ("Could not infer attribute `axes` type
+    from empty iterator") for one ReduceMean-13 with `axes=[]`; now typed from its schema."""
+    from helpers import assert_same_numerics
+
+    import normfuse
+
+    model = _empty_axes_beside_rms(in_body)
+    result = normfuse.optimize(model, target=target)
+    assert [site.kind for site in result.report.sites] == ["rms-norm"]
+    assert_same_numerics(model, result.model)

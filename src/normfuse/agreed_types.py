@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from normfuse.inference import TensorType, infer_body, resolved_body
 from normfuse.scopes import subgraphs
@@ -22,6 +24,7 @@ from normfuse.shape_rules import (
     FULL,
     RANK_FROM_LENGTH,
     SAME_SHAPE,
+    Values,
     rank_follows,
     trusted_dims,
 )
@@ -83,10 +86,15 @@ class _Walk:
             key: [] for key in self.functions
         }
         self.memo: dict[bytes, tuple[dict[str, TensorType], set[str]]] = {}
+        # Small constants by name (names are unique across scopes): a Resize's scales.
+        self.values: Values = {}
+        self.overridable = {info.name for info in model.graph.input}
 
     def graph(self, graph: onnx.GraphProto, scope: _Scope, depth: int) -> None:
         for tensor in graph.initializer:
             scope.trust(tensor.name, (tensor.data_type, tuple(tensor.dims)))
+            if _small(tensor) and tensor.name not in self.overridable:
+                self.values[tensor.name] = numpy_helper.to_array(tensor)
         self.nodes(list(graph.node), scope, depth)
 
     def nodes(self, nodes: list[onnx.NodeProto], scope: _Scope, depth: int) -> None:
@@ -96,7 +104,17 @@ class _Walk:
             elif next(subgraphs(node), None) is not None:
                 self.control_flow(node, scope, depth)
             else:
-                _node(node, scope)
+                if node.op_type == "Constant" and node.output and node.attribute:
+                    self._constant(node)
+                _node(node, scope, self.values)
+
+    def _constant(self, node: onnx.NodeProto) -> None:
+        attribute = node.attribute[0]
+        if attribute.name == "value" and _small(attribute.t):
+            self.values[node.output[0]] = numpy_helper.to_array(attribute.t)
+        elif attribute.name in ("value_float", "value_floats") and not attribute.ref_attr_name:
+            value = onnx.helper.get_attribute_value(attribute)
+            self.values[node.output[0]] = np.asarray(value, np.float32)
 
     def control_flow(self, node: onnx.NodeProto, scope: _Scope, depth: int) -> None:
         bodies = {a.name: a.g for a in node.attribute if a.HasField("g")}
@@ -213,9 +231,13 @@ class _Walk:
                 scope.result[actual] = (result[formal][0], None)
 
 
-def _node(node: onnx.NodeProto, scope: _Scope) -> None:
+def _small(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(tensor.dims)) <= 64
+
+
+def _node(node: onnx.NodeProto, scope: _Scope, values: Values) -> None:
     """One node outside any body: its outputs trusted as far as its rule and inputs allow."""
-    trust = trusted_dims(node)
+    trust = trusted_dims(node, values)
     inputs = [name for name in node.input if name]
     if trust is not None and all(name in scope.trusted for name in inputs):
         for name in node.output:

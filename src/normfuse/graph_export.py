@@ -27,7 +27,7 @@ def write_graph(graph: gs.Graph, into: onnx.GraphProto) -> None:
         if node.domain is not None:
             proto.domain = node.domain
         if node.attrs:
-            proto.attribute.extend(OnnxExporter.export_attributes(node.attrs))
+            proto.attribute.extend(export_attributes(node))
     into.name = graph.name
     into.input.extend([OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs])
     into.output.extend([OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs])
@@ -59,6 +59,32 @@ def write_graph(graph: gs.Graph, into: onnx.GraphProto) -> None:
     )
     if graph.doc_string:
         into.doc_string = graph.doc_string
+
+
+def export_attributes(node: gs.Node) -> list[onnx.AttributeProto]:
+    """gs's conversion of `node`'s attributes, except an empty list (gs cannot tell its type:
+    `ReduceMean-13`'s `axes=[]`), typed from the op's schema (INTS for an op onnx does not know),
+    and a body, written as the main graph is."""
+    converted = []
+    for key, value in node.attrs.items():
+        if isinstance(value, (list, tuple)) and not value:
+            kind = _schema_type(node, key)
+            converted.append(onnx.helper.make_attribute(key, [], attr_type=kind))
+        elif isinstance(value, gs.Graph):
+            body = onnx.GraphProto()
+            write_graph(value, body)
+            converted.append(onnx.helper.make_attribute(key, body))
+        else:
+            converted.extend(OnnxExporter.export_attributes({key: value}))
+    return converted
+
+
+def _schema_type(node: gs.Node, name: str) -> int:
+    try:
+        schema = onnx.defs.get_schema(node.op, domain=node.domain or "")
+        return int(schema.attributes[name].type)
+    except Exception:  # an op or attribute onnx does not know
+        return onnx.AttributeProto.INTS
 
 
 def functions(graph: gs.Graph) -> list[onnx.FunctionProto]:

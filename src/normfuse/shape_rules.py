@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import onnx
+
+# Constant values by name, as far as they are known (small initializers, `Constant` nodes).
+Values = dict[str, np.ndarray]
 
 
 def _ops(names: str) -> frozenset[str]:
@@ -79,16 +83,30 @@ def _conv_transpose(node: onnx.NodeProto) -> int:
     return FULL
 
 
-def _resize(node: onnx.NodeProto) -> int:
-    """Output dims from `scales` (floor(dim * scale)) or `sizes`, swept over modes, coordinate
-    transformations and scales; `tf_crop_and_resize` (sized by its roi), a
+def _resize(node: onnx.NodeProto, values: Values) -> int:
+    """Output dims from `sizes`, or from `scales` (floor(dim * scale)): onnx multiplies in
+    float64, ONNX Runtime in float32, so a product that is whole in one and not the other
+    (10 * 0.7, 100 * 0.29) gives dims one apart: only integral scales are trusted, and the
+    leading dims a fractional or unknown scale leaves at 1 (batch, channels). Swept over modes,
+    coordinate transformations and scales; `tf_crop_and_resize` (sized by its roi), a
     `keep_aspect_ratio_policy` other than stretch (rounds a shared scale) and an `axes`
     attribute are not swept: the rank, batch and channels only."""
     cropped = _attribute(node, "coordinate_transformation_mode", b"") == b"tf_crop_and_resize"
     stretched = _attribute(node, "keep_aspect_ratio_policy", b"stretch") == b"stretch"
     if cropped or not stretched or _attribute(node, "axes", None) is not None:
         return 2
-    return FULL
+    if len(node.input) > 3 and node.input[3]:
+        return FULL  # sizes
+    scales = values.get(node.input[2]) if len(node.input) > 2 else None
+    if scales is None:
+        return 2
+    scales = np.asarray(scales, np.float64).reshape(-1)
+    if np.all(scales == np.round(scales)):
+        return FULL
+    leading = 0
+    while leading < scales.size and scales[leading] == 1:
+        leading += 1
+    return leading
 
 
 RULES: dict[str, Callable[[onnx.NodeProto], int]] = {
@@ -100,19 +118,20 @@ RULES: dict[str, Callable[[onnx.NodeProto], int]] = {
     "LpPool": lambda node: 2,
     "Conv": _full,
     "ConvTranspose": _conv_transpose,
-    "Resize": _resize,
 }
 
 
-def trusted_dims(node: onnx.NodeProto) -> int | None:
+def trusted_dims(node: onnx.NodeProto, values: Values | None = None) -> int | None:
     """How many leading dims of each output of `node` ONNX Runtime agrees with, given inputs it
     agrees with (`FULL`: all; a number: the rank and that many dims); None: not even the rank
     (an operator not on the allow-list, another domain, or an attribute referenced from a
-    function's caller)."""
+    function's caller). `values`: the scope's constants by name (a Resize's scales)."""
     if node.domain not in ("", "ai.onnx"):
         return None
     if any(attribute.ref_attr_name for attribute in node.attribute):
         return None
+    if node.op_type == "Resize":
+        return _resize(node, values or {})
     rule = RULES.get(node.op_type)
     return None if rule is None else rule(node)
 

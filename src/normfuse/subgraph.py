@@ -171,6 +171,7 @@ def _widen_nodes(nodes, opset: int) -> None:
                 attribute.t.CopyFrom(_float64_tensor(attribute.t))
         if (
             node.op_type == "Constant"
+            and node.attribute
             and node.attribute[0].name in ("value_float", "value_floats")
             and not node.attribute[0].ref_attr_name
         ):
