@@ -359,11 +359,16 @@ def save(
     model: OptimizeResult | onnx.ModelProto,
     path: str | os.PathLike,
     base_dir: str | os.PathLike | None = None,
-) -> None:
-    """Write a model (or an `OptimizeResult`'s model) to `path` atomically."""
+    reference_input_data: bool = False,
+) -> str | None:
+    """Write a model (or an `OptimizeResult`'s model) to `path` atomically. External weights go
+    into `<path>.data` (a copy-on-write clone where the filesystem can make one), so the output
+    never depends on the input's files; with `reference_input_data`, they are read from where
+    they are (the output must then be beside them). Returns where the weights went, or None
+    where the model holds them all."""
     if isinstance(model, OptimizeResult):
         model, base_dir = model.model, base_dir or model.base_dir
-    model_io.save(model, path, base_dir)
+    return model_io.save(model, path, base_dir, reference=reference_input_data)
 
 
 def _load(model: ModelLike, base_dir: str | os.PathLike | None) -> model_io.LoadedModel:

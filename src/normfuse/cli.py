@@ -176,6 +176,12 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
         help="where to write the optimised model (a folder, which must exist, for several models)",
     )
     destination.add_argument("--in-place", action="store_true", help="replace each MODEL itself")
+    sub.add_argument(
+        "--reference-input-data",
+        action="store_true",
+        help="let the output read MODEL's external-data file where it is instead of writing "
+        "OUT.data (the output then breaks if that file is deleted; said in the report)",
+    )
     _add_report_option(sub, "the report (several models: one combined record)")
     sub.add_argument(
         "--validate",
@@ -476,7 +482,15 @@ def _optimize(args: argparse.Namespace) -> int:
         planned = [
             None
             if isinstance(item, NormfuseError)
-            else plan_save(plan, output, item.model, item.base_dir, label, args.in_place)
+            else plan_save(
+                plan,
+                output,
+                item.model,
+                item.base_dir,
+                label,
+                args.in_place,
+                reference=args.reference_input_data,
+            )
             for item, output in zip(loaded, destinations, strict=True)
         ]
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
@@ -663,7 +677,10 @@ def _optimize_one(
             extra["session_hint"] = hint
             later.append(hint)
     report.output = str(destination)
-    stage_save(plan, result.model, destination, result.base_dir)
+    reference = args.reference_input_data or args.in_place
+    weights = stage_save(plan, result.model, destination, result.base_dir, reference=reference)
+    if weights is not None:
+        report.notes.append(weights)
     say(report.table(existing=fused_norm_nodes(loaded.model)))
     for text in later:
         say(text)

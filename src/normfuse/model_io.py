@@ -5,13 +5,19 @@ Loading never reads external weights into memory: tensors stored in external dat
 the file must hold the declared bytes; a file over protobuf's 2 GiB is refused before it is read.
 Saving plans the model's destinations in an `outputs.OutputPlan` (`plan_save`, before any work),
 stages them beside each destination (`stage_save`) and renames them into place on commit.
-External data is referenced where it is when the output goes into the source folder (nothing is
-rewritten); elsewhere it is streamed, in chunks, into one file beside the output. Tensors
-normfuse creates (fused scales and biases) are small and stored inline.
+An output is self-contained: its external data goes into `<output>.data` beside it, wherever the
+output goes (a model written beside its input must survive the input's deletion), as a
+copy-on-write clone of the source file where the filesystem can make one (a reflink: no byte
+copied, and neither file can change the other), else streamed in chunks. Never a hard link: a
+later in-place write to either name would change both. The input's own file is referenced
+instead only when asked (`reference=True`: `--in-place`, whose output is the input, or
+`--reference-input-data`). Tensors normfuse creates (fused scales and biases) are small and
+stored inline.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Iterator
@@ -29,6 +35,7 @@ from normfuse.outputs import OutputPlan
 MAX_PROTOBUF_BYTES = 2**31 - 1
 _COPY_CHUNK = 16 * 1024 * 1024
 _ALIGN = 4096
+_FICLONE = 0x40049409  # Linux: ioctl(dest, FICLONE, source)
 
 
 @dataclass(frozen=True)
@@ -210,16 +217,21 @@ def _nbytes(tensor: onnx.TensorProto) -> int | None:
 
 
 def save(
-    model: onnx.ModelProto, path: str | os.PathLike, base_dir: str | os.PathLike | None = None
-) -> None:
-    """Write `model` to `path` atomically; external data (in `base_dir`) is referenced in place
-    when `path` is in `base_dir`, else streamed into `<path>.data` beside it. The model's own
-    external-data files are never overwritten (see `normfuse.outputs`)."""
+    model: onnx.ModelProto,
+    path: str | os.PathLike,
+    base_dir: str | os.PathLike | None = None,
+    reference: bool = False,
+) -> str | None:
+    """Write `model` to `path` atomically; external data (in `base_dir`) goes into
+    `<path>.data` (or, with `reference`, is read from where it is). The model's own
+    external-data files are never overwritten (see `normfuse.outputs`). Returns where the
+    weights went (`stage_save`)."""
     folder = None if base_dir is None else Path(base_dir).resolve()
     with OutputPlan(external_files(model, folder)) as plan:
-        destination = plan_save(plan, Path(path), model, folder)
-        stage_save(plan, model, destination, folder)
+        destination = plan_save(plan, Path(path), model, folder, reference=reference)
+        weights = stage_save(plan, model, destination, folder, reference=reference)
         plan.commit()
+    return weights
 
 
 def plan_save(
@@ -229,45 +241,63 @@ def plan_save(
     base_dir: Path | None,
     label: str = "-o",
     in_place: bool = False,
+    reference: bool = False,
 ) -> Path:
-    """Reserve `path` in `plan` for `model` (and `<path>.data` when its external data must be
-    copied there); returns the destination to pass to `stage_save`."""
+    """Reserve `path` in `plan` for `model` (and `<path>.data` when its external data goes
+    there); returns the destination to pass to `stage_save`."""
     destination = plan.add_in_place(path, label) if in_place else plan.add(path, label)
     assert destination is not None
-    if _data_destination(model, destination, base_dir) is not None:
+    if _data_destination(model, destination, reference or in_place) is not None:
         plan.add(destination.with_name(destination.name + ".data"), f"{label} data")
     return destination
 
 
 def stage_save(
-    plan: OutputPlan, model: onnx.ModelProto, destination: Path, base_dir: Path | None
-) -> None:
-    """Stage `model` (reserved with `plan_save`) and its external data; `plan.commit()` writes."""
+    plan: OutputPlan,
+    model: onnx.ModelProto,
+    destination: Path,
+    base_dir: Path | None,
+    reference: bool = False,
+) -> str | None:
+    """Stage `model` (reserved with `plan_save`) and its external data; `plan.commit()` writes.
+    Returns one line saying where the weights went (None: the model holds them all)."""
     model = _copy_without_mutating(model)
     tensors = list(external_tensors(model))
-    data = _data_destination(model, destination, base_dir)
+    data = _data_destination(model, destination, reference)
     if tensors and base_dir is None:
         raise NormfuseError("model uses external data but its source folder is unknown")
-    if data is None:
-        for tensor in tensors:  # same folder: reference the data in place, write none
+    said = None
+    if tensors and data is None:
+        sources = sorted({str(check_external_location(t, base_dir)) for t in tensors})
+        if base_dir.resolve() != destination.parent.resolve():
+            raise NormfuseError(
+                f"{destination}: the weights it would read ({', '.join(sources)}) are in "
+                "another folder; write the output beside the input to reference them"
+            )
+        for tensor in tensors:  # the same folder: reference the data in place, write none
             check_external_location(tensor, destination.parent)
-    else:
+        said = f"weights: read from the input's {', '.join(sources)} (not copied)"
+    elif data is not None:
         assert base_dir is not None
-        plan.stage(data, lambda out: _write_external_data(tensors, base_dir, out, data.name))
+        how: list[str] = []
+        plan.stage(
+            data, lambda out: how.append(_write_external_data(tensors, base_dir, out, data.name))
+        )
+        said = f"weights: {data}"
     try:
         payload = model.SerializeToString()
     except ValueError as error:  # over protobuf's 2 GiB
         raise NormfuseError(f"cannot write {destination}: {error}") from None
     plan.stage_bytes(destination, payload)
+    if data is not None and how:
+        said = f"{said} ({how[0]})"
+    return said
 
 
-def _data_destination(
-    model: onnx.ModelProto, destination: Path, base_dir: Path | None
-) -> Path | None:
-    """Where `model`'s external data must be copied, or None when it is referenced in place."""
-    if base_dir is None or base_dir.resolve() == destination.parent:
-        return None
-    if next(external_tensors(model), None) is None:
+def _data_destination(model: onnx.ModelProto, destination: Path, reference: bool) -> Path | None:
+    """Where `model`'s external data goes, or None when it is referenced where it is (asked
+    for) or there is none."""
+    if reference or next(external_tensors(model), None) is None:
         return None
     return destination.with_name(destination.name + ".data")
 
@@ -280,8 +310,19 @@ def _copy_without_mutating(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def _write_external_data(
     tensors: list[onnx.TensorProto], base_dir: Path, out: BinaryIO, data_name: str
-) -> None:
-    """Stream each tensor's bytes into `out` and repoint the tensors at `data_name`."""
+) -> str:
+    """Write each tensor's bytes into `out` and repoint the tensors at `data_name`: a clone of
+    the one source file where they all come from one and the filesystem can clone it, else
+    streamed. Returns how ("cloned from ...", "N bytes copied")."""
+    sources = {check_external_location(tensor, base_dir) for tensor in tensors}
+    if len(sources) == 1:
+        source = sources.pop()
+        if _clone(source, out):
+            for tensor in tensors:
+                entry = external_entry(tensor)
+                length = entry.length if entry.length else _nbytes(tensor) or 0
+                _set_external_data(tensor, data_name, entry.offset, length)
+            return f"a copy-on-write clone of {source.name}, no byte copied"
     for tensor in tensors:
         source = check_external_location(tensor, base_dir)
         entry = external_entry(tensor)
@@ -290,6 +331,21 @@ def _write_external_data(
         offset = out.tell()
         _copy_range(source, entry.offset, length, out)
         _set_external_data(tensor, data_name, offset, length)
+    return f"{out.tell()} bytes copied"
+
+
+def _clone(source: Path, out: BinaryIO) -> bool:
+    """Make `out` a copy-on-write clone of `source` (Linux FICLONE: btrfs, XFS, overlay on
+    them); False where the filesystem cannot, and `out` is left as it was (empty)."""
+    try:
+        import fcntl
+
+        with source.open("rb") as file:
+            fcntl.ioctl(out.fileno(), _FICLONE, file.fileno())
+    except (OSError, ImportError, ValueError, io.UnsupportedOperation):
+        return False
+    out.seek(0, os.SEEK_END)
+    return True
 
 
 def _copy_range(source: Path, offset: int, length: int, out) -> None:

@@ -1,0 +1,134 @@
+"""A written model never depends silently on a file the user may delete (issue 35): its external
+weights go into its own `OUT.data` even beside the input (a copy-on-write clone where the
+filesystem can make one, else a streamed copy), and the report says where they went. Reading the
+input's file instead is asked for (`--reference-input-data`, `--in-place`) and said."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from helpers import run_cli, session
+
+import normfuse
+from models.builders import LayerNormSpec, norm_model
+from normfuse import model_io
+
+HIDDEN = 256
+
+
+def _export(folder: Path) -> Path:
+    """A layer-norm model whose weights (over 1 KiB each) are in `m.onnx.data`."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "m.onnx"
+    model = norm_model(LayerNormSpec(), shape=(2, 8, HIDDEN), layers=2)
+    onnx.save(model, path, save_as_external_data=True, location="m.onnx.data", size_threshold=512)
+    stored = onnx.load(path, load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
+    return path
+
+
+def _outputs(path: Path, feeds: dict) -> list[np.ndarray]:
+    return session(onnx.load(path)).run(None, feeds)
+
+
+def _feeds(path: Path) -> dict[str, np.ndarray]:
+    model = onnx.load(path, load_external_data=False)
+    rng = np.random.default_rng(0)
+    return {
+        info.name: rng.standard_normal([d.dim_value for d in info.type.tensor_type.shape.dim])
+        .astype(np.float32)
+        for info in model.graph.input
+    }
+
+
+def _delete_input(path: Path) -> None:
+    path.unlink()
+    (path.parent / "m.onnx.data").unlink()
+
+
+def test_export_optimize_beside_it_delete_the_input_and_the_output_still_runs(
+    tmp_path: Path, capfd
+) -> None:
+    source = _export(tmp_path / "ext")
+    feeds = _feeds(source)
+    expected = _outputs(source, feeds)
+    out, report = source.parent / "fused.onnx", tmp_path / "report.json"
+    run = run_cli(capfd, "optimize", str(source), "-o", str(out), "--report", str(report))
+    assert run.returncode == 0, run.stderr
+    assert (source.parent / "fused.onnx.data").is_file()
+    notes = json.loads(report.read_text())["notes"]
+    assert any(note.startswith(f"weights: {out}.data (") for note in notes), notes
+    assert "weights:" in run.stdout
+    _delete_input(source)
+    for before, after in zip(expected, _outputs(out, feeds), strict=True):
+        np.testing.assert_allclose(after, before, atol=1e-4, rtol=1e-4)
+
+
+def test_a_clone_keeps_each_tensors_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the filesystem clones the source file, every tensor keeps its offset in it (here
+    the clone is a plain copy: this machine's filesystem may not clone)."""
+
+    def copy(source: Path, out) -> bool:
+        with source.open("rb") as file:
+            shutil.copyfileobj(file, out)
+        return True
+
+    monkeypatch.setattr(model_io, "_clone", copy)
+    source = _export(tmp_path / "ext")
+    feeds = _feeds(source)
+    expected = _outputs(source, feeds)
+    out = source.parent / "fused.onnx"
+    said = normfuse.save(normfuse.optimize(source), out)
+    assert said == f"weights: {out}.data (a copy-on-write clone of m.onnx.data, no byte copied)"
+    assert (out.parent / "fused.onnx.data").read_bytes() == (
+        source.parent / "m.onnx.data"
+    ).read_bytes()
+    _delete_input(source)
+    for before, after in zip(expected, _outputs(out, feeds), strict=True):
+        np.testing.assert_allclose(after, before, atol=1e-4, rtol=1e-4)
+
+
+def test_referencing_the_input_data_is_asked_for_and_said(tmp_path: Path, capfd) -> None:
+    source = _export(tmp_path / "ext")
+    out, report = source.parent / "fused.onnx", tmp_path / "report.json"
+    run = run_cli(
+        capfd,
+        "optimize",
+        str(source),
+        "-o",
+        str(out),
+        "--reference-input-data",
+        "--report",
+        str(report),
+    )
+    assert run.returncode == 0, run.stderr
+    assert not (source.parent / "fused.onnx.data").exists()
+    notes = json.loads(report.read_text())["notes"]
+    data = source.parent / "m.onnx.data"
+    assert f"weights: read from the input's {data} (not copied)" in notes
+    stored = onnx.load(out, load_external_data=False)
+    locations = {
+        entry.value
+        for tensor in stored.graph.initializer
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    assert locations == {"m.onnx.data"}
+
+
+def test_referencing_the_input_data_from_another_folder_is_refused(
+    tmp_path: Path, capfd
+) -> None:
+    source = _export(tmp_path / "ext")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = elsewhere / "fused.onnx"
+    run = run_cli(capfd, "optimize", str(source), "-o", str(out), "--reference-input-data")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "are in another folder" in run.stderr
+    assert not out.exists() and list(elsewhere.iterdir()) == []
