@@ -176,3 +176,29 @@ def test_reads_differ_where_a_cast_is_dropped() -> None:
     assert before is not None and after is not None
     differences = before.differences(after)
     assert any("'x'" in line and "rounded in the original" in line for line in differences)
+
+
+def test_an_integer_cast_to_float16_that_onnx_runtime_merges_is_not_rounded_by_the_rewrite() -> (
+    None
+):
+    """ADV13-01: ids -> Cast(float16) -> a float16 layer norm. ONNX Runtime merges the Cast
+    with its own Cast to float32, so the original never rounds ids past 2048; the fused node's
+    input Cast would read them rounded (0.155 apart). The guard reads both graphs and leaves
+    the site (`float16-rounding`): the output is the original."""
+    nodes = [helper.make_node("Cast", ["ids"], ["h"], to=F16), *_layer_norm("h", "z")[:7]]
+    nodes[-1] = helper.make_node("Div", ["centred", "std"], ["z"])
+    inits = [
+        helper.make_tensor("two", F16, [], [2.0]),
+        helper.make_tensor("eps", F16, [], [1e-5]),
+    ]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 16])
+    out = helper.make_tensor_value_info("z", F16, [2, 16])
+    graph = helper.make_graph(nodes, "ids", [ids], [out], inits)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(original, full_check=True)
+    result = normfuse.optimize(original)
+    assert result.report.sites == []
+    assert [miss.reason for miss in result.report.near_misses] == ["float16-rounding"]
+    feeds = {"ids": np.random.default_rng(0).integers(2049, 2080, (2, 16)).astype(np.int64)}
+    expected, actual = (session(m).run(None, feeds)[0] for m in (original, result.model))
+    np.testing.assert_array_equal(actual, expected)

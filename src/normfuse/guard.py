@@ -20,7 +20,7 @@ checks, whose verdict still comes first. The same runs and the same verdicts, in
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -31,9 +31,11 @@ from onnx.external_data_helper import uses_external_data
 from normfuse import inputs, sessions
 from normfuse.compare import compare_output, distance, no_further
 from normfuse.errors import NormfuseError, first_line
+from normfuse.float16_moves import MOVERS
 from normfuse.float16_partition import Float16Reads, has_float16, read_float16
 from normfuse.float64_reference import Runner, float64_runner
 from normfuse.profiles import profiled_feeds
+from normfuse.records import Site
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
 from normfuse.validate import narrowest_float_type
@@ -121,8 +123,11 @@ class OutputGuard:
         if self._early is not None:
             self._early.join()
 
-    def failure(self, optimised: onnx.ModelProto, ort_only: bool) -> Failure | None:
-        """Why `optimised` would not stand in for the original, or None."""
+    def failure(
+        self, optimised: onnx.ModelProto, ort_only: bool, sites: Sequence[Site] = ()
+    ) -> Failure | None:
+        """Why `optimised` (with its fused `sites`) would not stand in for the original, or
+        None."""
         why = _signature_error(self.original, optimised)
         if why is not None:
             return Failure("output-signature", why)
@@ -130,7 +135,7 @@ class OutputGuard:
             check_structure(optimised)
         except NormfuseError as error:
             return Failure("output-structure", str(error))
-        rounding = self._rounding_failure(optimised)
+        rounding = self._rounding_failure(optimised, sites)
         if rounding is not None:
             return rounding
         reference = self._run_reference()
@@ -164,9 +169,12 @@ class OutputGuard:
         repairs = self._repairs[1] if self._repairs[0] is optimised else ()
         return _repair_failure(repairs) if repairs else None
 
-    def _rounding_failure(self, optimised: onnx.ModelProto) -> Failure | None:
+    def _rounding_failure(
+        self, optimised: onnx.ModelProto, sites: Sequence[Site]
+    ) -> Failure | None:
         """Where ONNX Runtime's CPU provider rounds a float16 value that a node of both models
-        reads in one and not the other (`float16_partition`: read from the graphs it runs)."""
+        reads in one and not the other, or a fused node's input that the original's norm reads
+        otherwise (`float16_partition`: read from the graphs it runs)."""
         if not self._float16:
             original = has_float16(self.original)
             self._float16.append(read_float16(self.original) if original else None)
@@ -176,7 +184,9 @@ class OutputGuard:
         after = read_float16(optimised)
         if after is None:  # the load check below says why
             return None
-        differences = before.differences(after)
+        differences = before.differences(after) + _site_input_differences(
+            before, after, optimised, sites
+        )
         if not differences:
             return None
         more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
@@ -246,6 +256,51 @@ class _Worker(Generic[T]):
         if not done:
             raise value
         return value
+
+
+def _site_input_differences(
+    before: Float16Reads, after: Float16Reads, optimised: onnx.ModelProto, sites: Sequence[Site]
+) -> list[str]:
+    """Each site whose fused node (main graph) reads its float16 input rounded where the
+    original's norm reads it unrounded, or the other way round: an integer Cast to float16
+    that ONNX Runtime merges with its own Cast to float32 in the original is not merged with
+    the fused node's input Cast."""
+    by_name = {node.name: node for node in optimised.graph.node}
+    producers = {out: node for node in optimised.graph.node for out in node.output}
+    found = []
+    for site in sites:
+        fused = by_name.get(f"{site.output}/{site.op}")
+        if fused is None or not fused.input or not fused.output:
+            continue
+        rewrite = _fused_input_rounded(fused, producers, after)
+        original = {
+            rounded
+            for (reader, tensor), rounded in before.rounded.items()
+            if tensor == site.input and reader not in after.ops
+        }
+        if rewrite is None or len(original) != 1 or original == {rewrite}:
+            continue
+        found.append(
+            f"the norm reads {site.input!r} {'rounded' if not rewrite else 'unrounded'} in the "
+            f"original, {'rounded' if rewrite else 'unrounded'} into its fused node"
+        )
+    return found
+
+
+def _fused_input_rounded(
+    fused: onnx.NodeProto, producers: dict, after: Float16Reads
+) -> bool | None:
+    """Whether the fused node's input, followed back through its moves to its input Cast, is
+    read rounded by that Cast (None: no such Cast, or its read is not known)."""
+    reader, tensor = fused.output[0], fused.input[0]
+    for _ in range(len(producers) + 1):
+        node = producers.get(tensor)
+        if node is None or (node.op_type != "Cast" and node.op_type not in MOVERS):
+            break
+        if node.op_type == "Cast":
+            return after.is_rounded(node.output[0], node.input[0])
+        reader, tensor = node.output[0], node.input[0]
+    return after.is_rounded(reader, tensor)
 
 
 def _repair_failure(repairs: tuple[Repair, ...]) -> Failure:

@@ -63,7 +63,7 @@ def failure_of(result: OptimizeResult, output_guard: OutputGuard) -> Failure | N
     sites = result.report.sites
     if not sites:
         return None
-    return output_guard.failure(result.model, any(site.ort_only for site in sites))
+    return output_guard.failure(result.model, any(site.ort_only for site in sites), sites)
 
 
 def culprits(
