@@ -34,7 +34,7 @@ from normfuse.errors import NormfuseError, first_line
 from normfuse.float16_moves import MOVERS
 from normfuse.float16_partition import Float16Reads, has_float16, read_float16
 from normfuse.float64_reference import Runner, float64_runner
-from normfuse.profiles import profiled_feeds
+from normfuse.profiles import OFFSET_DRAWS, profiled_feeds
 from normfuse.records import Site
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
@@ -313,12 +313,13 @@ def _repair_failure(repairs: tuple[Repair, ...]) -> Failure:
 
 @dataclass(frozen=True)
 class _ProfileRun:
-    """The original's run on one input profile, and its float64 evaluation (None: none)."""
+    """The original's runs on one input profile's feed sets, and their float64 evaluations
+    (None: none)."""
 
     profile: str
-    feeds: dict[str, np.ndarray]
-    outputs: tuple
-    float64: tuple | None
+    feeds: tuple[dict[str, np.ndarray], ...]
+    outputs: tuple[tuple, ...]
+    float64: tuple[tuple, ...] | None
 
 
 @dataclass(frozen=True)
@@ -344,23 +345,24 @@ class _Reference:
             return None
         wide, _ = float64_runner(original)
         runs = []
-        for profile, profile_feeds in profiled_feeds(feeds, original).items():
+        profiled = profiled_feeds(feeds, original, draws=OFFSET_DRAWS)
+        for profile, sets in profiled.items():
             try:
-                outputs = first if profile == "normal" else session.run(None, profile_feeds)
+                outputs = [session.run(None, one) if one is not feeds else first for one in sets]
             except Exception:  # an input the model rejects (an index, a size) proves nothing
                 continue
-            if any(_changed(a, b) for a, b in zip(first, outputs, strict=True)):
+            if any(_changed(a, b) for run in outputs for a, b in zip(first, run, strict=True)):
                 continue  # the values size the outputs: not the same computation
-            runs.append(
-                _ProfileRun(profile, profile_feeds, tuple(outputs), _float64(wide, profile_feeds))
-            )
+            wide_runs = [_float64(wide, one) for one in sets]
+            float64 = None if any(run is None for run in wide_runs) else tuple(wide_runs)
+            runs.append(_ProfileRun(profile, tuple(sets), tuple(map(tuple, outputs)), float64))
         names = tuple(info.name for info in original.graph.output)
         return _Reference(tuple(runs), names, narrowest_float_type(original))
 
     def failure(self, optimised: onnx.ModelProto) -> Failure | tuple[Repair, ...]:
         """The rewrite's runs on the same feeds: it loads, runs, gives outputs of the same
         shapes and types, each within tolerance of the original's or no further from float64
-        (a repair, returned); otherwise the failure."""
+        (a repair, returned), a profile's feed sets judged together; otherwise the failure."""
         try:
             session = sessions.create(optimised, "cpu", "disable")
         except NormfuseError as error:
@@ -368,17 +370,20 @@ class _Reference:
         repairs: list[Repair] = []
         for run in self.runs:
             try:
-                outputs = session.run(None, run.feeds)
+                outputs = [session.run(None, one) for one in run.feeds]
             except Exception as error:  # ORT raises its own exception types
                 where = f" (on the {run.profile} inputs)" if run.profile != "normal" else ""
                 return Failure("output-does-not-run", f"ONNX Runtime{where}: {first_line(error)}")
-            for index, (name, before, after) in enumerate(
-                zip(self.names, run.outputs, outputs, strict=True)
-            ):
-                changed = _changed(before, after)
-                if changed is not None:
-                    return Failure("output-shape-changed", f"output {name!r}: {changed}")
-                reference = None if run.float64 is None else run.float64[index]
+            for index, name in enumerate(self.names):
+                for before, after in zip(run.outputs, outputs, strict=True):
+                    changed = _changed(before[index], after[index])
+                    if changed is not None:
+                        return Failure("output-shape-changed", f"output {name!r}: {changed}")
+                before = _joined([one[index] for one in run.outputs])
+                after = _joined([one[index] for one in outputs])
+                reference = None
+                if run.float64 is not None:
+                    reference = _joined([one[index] for one in run.float64])
                 judged = self._judge(run.profile, name, before, after, reference)
                 if isinstance(judged, Failure):
                     return judged
@@ -406,6 +411,14 @@ class _Reference:
             f"{where}: {comparison.detail}; {_short(rewrite)} from float64 against the "
             f"original's {_short(original)}",
         )
+
+
+def _joined(values: list):
+    """One profile's values of an output over its feed sets, as one array (stacked); the value
+    itself where there is one set or it is not an array."""
+    if len(values) == 1 or not all(isinstance(value, np.ndarray) for value in values):
+        return values[0]
+    return np.stack(values)
 
 
 def _float64(run: Runner | None, feeds: dict[str, np.ndarray]) -> tuple | None:

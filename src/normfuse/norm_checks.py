@@ -254,12 +254,17 @@ def normalised_shape(shape: tuple, axes: tuple[int, ...]) -> tuple[int, ...]:
     """The static dims of the normalised axes."""
     dims = tuple(shape[len(shape) + axes[0] :])
     if not all(isinstance(dim, int) for dim in dims):
-        raise Reject(
-            "unknown-shape",
-            f"normalised dims {dims} are not all static: a symbolic dim may be 0 at run time, "
-            "where the fused kernels refuse to run, and a scale fed at run time may broadcast "
-            "where theirs may not",
+        why = (
+            "a symbolic dim may be 0 at run time, where the fused kernels refuse to run, and a "
+            "scale fed at run time may broadcast where theirs may not"
         )
+        if any(dim is None for dim in dims):
+            why = (
+                "None: no size that ONNX Runtime is known to agree with (none inferred, or "
+                "inferred through an op whose sizes ONNX Runtime may compute otherwise: "
+                "docs/spellings-and-reasons.md)"
+            )
+        raise Reject("unknown-shape", f"normalised dims {dims} are not all static: {why}")
     return dims
 
 

@@ -5,8 +5,10 @@ on them even where one rounds a float16 value the other does not. Each profile t
 float inputs of one generated feed set (integer inputs, token ids and masks, are kept):
 
 - `normal`: the generated inputs as they are;
-- `offset`: rows of 100 + 0.05 * N(0,1) (a large mean, a tiny spread: float16 resolves 0.06
-  at 100, so every rounding of such a row shows);
+- `offset`: rows of a large mean and a tiny spread, cycling over 100 + 0.05 * N(0,1), 1000 +
+  0.01 * N(0,1) and -300 + 0.1 * N(0,1) (float16 resolves 0.06 at 100, so every rounding of
+  such a row shows; float32's order of operations shows at 1000); several draws
+  (`OFFSET_DRAWS`), judged together;
 - `float16-limits`: values up to +-240 (squares and sums of squares near float16's 65504);
 - `constant-rows`: every row along the last axis one value (zero variance);
 - `outliers`: N(0,1) with one element in seven 300 times larger.
@@ -20,6 +22,9 @@ import onnx
 from normfuse.scopes import all_graphs
 
 PROFILES = ("normal", "offset", "float16-limits", "constant-rows", "outliers")
+# The offset profile's (mean, spread) per row, cycled over the rows.
+OFFSETS = ((100.0, 0.05), (1000.0, 0.01), (-300.0, 0.1))
+OFFSET_DRAWS = 3
 
 
 # Inputs that size or place a result rather than carry data: (op, input index).
@@ -28,11 +33,12 @@ _SIZING |= {("Range", 2), ("ConstantOfShape", 0), ("Tile", 1), ("Expand", 1), ("
 
 
 def profiled_feeds(
-    feeds: dict[str, np.ndarray], model: onnx.ModelProto, seed: int = 0
-) -> dict[str, dict[str, np.ndarray]]:
-    """Each profile's feeds, built from `feeds` (the `normal` ones); only `normal` where no
-    input is a float data tensor. A float input that sizes a result (a Resize's scales, a
-    Range's bounds: `_SIZING`, in any scope) keeps its value."""
+    feeds: dict[str, np.ndarray], model: onnx.ModelProto, seed: int = 0, draws: int = 1
+) -> dict[str, list[dict[str, np.ndarray]]]:
+    """Each profile's feed sets, built from `feeds` (the one `normal` set): `draws` sets of the
+    offset profile, one of each other; only `normal` where no input is a float data tensor. A
+    float input that sizes a result (a Resize's scales, a Range's bounds: `_SIZING`, in any
+    scope) keeps its value."""
     sizing = {
         node.input[index]
         for graph in all_graphs(model.graph)
@@ -41,15 +47,18 @@ def profiled_feeds(
         if (node.op_type, index) in _SIZING
     }
     floats = [n for n, value in feeds.items() if _is_float(value) and n not in sizing]
+    found = {"normal": [feeds]}
     if not floats:
-        return {"normal": feeds}
+        return found
     rng = np.random.default_rng(seed)
-    found = {"normal": feeds}
     for profile in PROFILES[1:]:
-        found[profile] = {
-            name: _profiled(value, profile, rng) if name in floats else value
-            for name, value in feeds.items()
-        }
+        found[profile] = [
+            {
+                name: _profiled(value, profile, rng) if name in floats else value
+                for name, value in feeds.items()
+            }
+            for _ in range(draws if profile == "offset" else 1)
+        ]
     return found
 
 
@@ -59,12 +68,15 @@ def _is_float(value: object) -> bool:
 
 def _profiled(value: np.ndarray, profile: str, rng: np.random.Generator) -> np.ndarray:
     shape = value.shape
+    rows = (*shape[:-1], 1) if shape else ()
     if profile == "offset":
-        made = 100.0 + 0.05 * rng.standard_normal(shape)
+        regime = np.arange(int(np.prod(rows))).reshape(rows) % len(OFFSETS)
+        means = np.array([mean for mean, _ in OFFSETS])[regime]
+        spreads = np.array([spread for _, spread in OFFSETS])[regime]
+        made = means + spreads * rng.standard_normal(shape)
     elif profile == "float16-limits":
         made = rng.uniform(-240.0, 240.0, shape)
     elif profile == "constant-rows":
-        rows = (*shape[:-1], 1) if shape else ()
         made = np.broadcast_to(3.0 * rng.standard_normal(rows), shape)
     else:  # outliers
         made = rng.standard_normal(shape)

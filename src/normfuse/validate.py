@@ -211,7 +211,9 @@ def compare_models(
     names = [info.name for info in original.graph.output]
     hint = input_hint(options.dims, options.npz)
     compute_dtype = narrowest_float_type(original)
-    profiled = profiled_feeds(feeds, original, options.seed)
+    profiled = {
+        profile: sets[0] for profile, sets in profiled_feeds(feeds, original, options.seed).items()
+    }
     references = {}
     for profile, profile_feeds in profiled.items():
         references[profile], note = _float64_reference(original, profile_feeds)
