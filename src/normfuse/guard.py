@@ -34,7 +34,7 @@ from normfuse.errors import NormfuseError, first_line
 from normfuse.float16_moves import MOVERS
 from normfuse.float16_partition import Float16Reads, has_float16, read_float16
 from normfuse.float64_reference import Runner, float64_runner
-from normfuse.profiles import OFFSET_DRAWS, profiled_feeds
+from normfuse.profiles import OFFSETS, profiled_feeds
 from normfuse.records import Site
 from normfuse.skeleton import skeleton
 from normfuse.structure import check_structure
@@ -72,12 +72,13 @@ class Repair:
     rewrite_to_float64: float
 
     def as_dict(self) -> dict:
-        """The JSON form: the profile, the output, each model's distance to float64, why."""
+        """The JSON form: the profile, the output, each model's distance to float64 (null:
+        infinitely far, a NaN or Inf where float64 is finite), why."""
         return {
             "profile": self.profile,
             "output": self.output,
-            "original_to_float64": self.original_to_float64,
-            "rewrite_to_float64": self.rewrite_to_float64,
+            "original_to_float64": _finite_or_none(self.original_to_float64),
+            "rewrite_to_float64": _finite_or_none(self.rewrite_to_float64),
             "why": "the rewrite differs from the original beyond tolerance on these inputs and "
             "is no further from a float64 evaluation of the original (within tolerance)",
         }
@@ -89,6 +90,10 @@ class Repair:
             f"{_short(self.rewrite_to_float64)} from float64 against the original's "
             f"{_short(self.original_to_float64)}"
         )
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if np.isfinite(value) else None
 
 
 def _short(value: float) -> str:
@@ -345,7 +350,7 @@ class _Reference:
             return None
         wide, _ = float64_runner(original)
         runs = []
-        profiled = profiled_feeds(feeds, original, draws=OFFSET_DRAWS)
+        profiled = profiled_feeds(feeds, original, draws=len(OFFSETS))
         for profile, sets in profiled.items():
             try:
                 outputs = [session.run(None, one) if one is not feeds else first for one in sets]

@@ -5,10 +5,11 @@ on them even where one rounds a float16 value the other does not. Each profile t
 float inputs of one generated feed set (integer inputs, token ids and masks, are kept):
 
 - `normal`: the generated inputs as they are;
-- `offset`: rows of a large mean and a tiny spread, cycling over 100 + 0.05 * N(0,1), 1000 +
-  0.01 * N(0,1) and -300 + 0.1 * N(0,1) (float16 resolves 0.06 at 100, so every rounding of
-  such a row shows; float32's order of operations shows at 1000); several draws
-  (`OFFSET_DRAWS`), judged together;
+- `offset`: values of a large mean and a tiny spread, one draw each of 100 + 0.05 * N(0,1),
+  1000 + 0.01 * N(0,1) and -300 + 0.1 * N(0,1) (`OFFSETS`; float16 resolves 0.06 at 100, so
+  every rounding of such a row shows; float32's order of operations shows at 1000), judged
+  together; the whole tensor in one regime, whatever the axes a norm reduces (a group norm's
+  groups span rows);
 - `float16-limits`: values up to +-240 (squares and sums of squares near float16's 65504);
 - `constant-rows`: every row along the last axis one value (zero variance);
 - `outliers`: N(0,1) with one element in seven 300 times larger.
@@ -22,9 +23,8 @@ import onnx
 from normfuse.scopes import all_graphs
 
 PROFILES = ("normal", "offset", "float16-limits", "constant-rows", "outliers")
-# The offset profile's (mean, spread) per row, cycled over the rows.
+# The offset profile's draws: (mean, spread) of each.
 OFFSETS = ((100.0, 0.05), (1000.0, 0.01), (-300.0, 0.1))
-OFFSET_DRAWS = 3
 
 
 # Inputs that size or place a result rather than carry data: (op, input index).
@@ -35,10 +35,10 @@ _SIZING |= {("Range", 2), ("ConstantOfShape", 0), ("Tile", 1), ("Expand", 1), ("
 def profiled_feeds(
     feeds: dict[str, np.ndarray], model: onnx.ModelProto, seed: int = 0, draws: int = 1
 ) -> dict[str, list[dict[str, np.ndarray]]]:
-    """Each profile's feed sets, built from `feeds` (the one `normal` set): `draws` sets of the
-    offset profile, one of each other; only `normal` where no input is a float data tensor. A
-    float input that sizes a result (a Resize's scales, a Range's bounds: `_SIZING`, in any
-    scope) keeps its value."""
+    """Each profile's feed sets, built from `feeds` (the one `normal` set): the first `draws`
+    of the offset profile's `OFFSETS`, one set of each other profile; only `normal` where no
+    input is a float data tensor. A float input that sizes a result (a Resize's scales, a
+    Range's bounds: `_SIZING`, in any scope) keeps its value."""
     sizing = {
         node.input[index]
         for graph in all_graphs(model.graph)
@@ -54,10 +54,10 @@ def profiled_feeds(
     for profile in PROFILES[1:]:
         found[profile] = [
             {
-                name: _profiled(value, profile, rng) if name in floats else value
+                name: _profiled(value, profile, rng, draw) if name in floats else value
                 for name, value in feeds.items()
             }
-            for _ in range(draws if profile == "offset" else 1)
+            for draw in range(min(draws, len(OFFSETS)) if profile == "offset" else 1)
         ]
     return found
 
@@ -66,14 +66,14 @@ def _is_float(value: object) -> bool:
     return isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating)
 
 
-def _profiled(value: np.ndarray, profile: str, rng: np.random.Generator) -> np.ndarray:
+def _profiled(
+    value: np.ndarray, profile: str, rng: np.random.Generator, draw: int = 0
+) -> np.ndarray:
     shape = value.shape
     rows = (*shape[:-1], 1) if shape else ()
     if profile == "offset":
-        regime = np.arange(int(np.prod(rows))).reshape(rows) % len(OFFSETS)
-        means = np.array([mean for mean, _ in OFFSETS])[regime]
-        spreads = np.array([spread for _, spread in OFFSETS])[regime]
-        made = means + spreads * rng.standard_normal(shape)
+        mean, spread = OFFSETS[draw]
+        made = mean + spread * rng.standard_normal(shape)
     elif profile == "float16-limits":
         made = rng.uniform(-240.0, 240.0, shape)
     elif profile == "constant-rows":

@@ -102,9 +102,13 @@ def repair_line(site: Site) -> str:
     more = f" (and {len(site.repair) - 1} more)" if len(site.repair) > 1 else ""
     return (
         f"repair {site.kind} at {site.output!r}: output {first['output']!r} differs from the "
-        f"original on the {first['profile']} inputs, {first['rewrite_to_float64']:.3g} from "
-        f"float64 against the original's {first['original_to_float64']:.3g}{more}"
+        f"original on the {first['profile']} inputs, {_distance(first['rewrite_to_float64'])} "
+        f"from float64 against the original's {_distance(first['original_to_float64'])}{more}"
     )
+
+
+def _distance(value: float | None) -> str:
+    return "inf (NaN or Inf)" if value is None else f"{value:.3g}"
 
 
 def site_lines(sites: list[Site], types: dict[str, TensorType], verbose: bool) -> list[str]:
