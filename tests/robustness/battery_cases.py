@@ -404,8 +404,18 @@ def _(w: Work) -> Run:
 def _(w: Work) -> Run:
     model = w.external()
     return Run(
-        ["optimize", model, "-o", w.p("o.onnx")], code=0, writes=("o.onnx",), check=_loads("o.onnx")
+        ["optimize", model, "-o", w.p("o.onnx")],
+        code=0,
+        writes=("o.onnx", "o.onnx.data"),
+        check=_loads("o.onnx"),
     )
+
+
+@case("outputs", "o-in-the-source-folder-referencing-its-external-data")
+def _(w: Work) -> Run:
+    model = w.external()
+    argv = ["optimize", model, "-o", w.p("o.onnx"), "--reference-input-data"]
+    return Run(argv, code=0, writes=("o.onnx",), check=_loads("o.onnx"))
 
 
 # --- half-finished work: whatever fails, nothing new remains ---------------------------------
@@ -802,7 +812,9 @@ def _(w: Work) -> Run:
 def _(w: Work) -> Run:
     model = w.external()
     w.edit_external("m.onnx", location="m.onnx", offset="0", length="4")
-    return Run(["optimize", model, "-o", w.p("o.onnx")], code=-1, writes=("o.onnx",))
+    return Run(
+        ["optimize", model, "-o", w.p("o.onnx")], code=-1, writes=("o.onnx", "o.onnx.data")
+    )
 
 
 @case("external-data", "in-place-when-a-location-is-the-model")
