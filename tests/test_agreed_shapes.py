@@ -255,3 +255,24 @@ def test_layer_norm_behind_space_to_depth_look_alikes(front, gamma, reason) -> N
     assert result.report.sites == []
     assert result.model.SerializeToString() == model.SerializeToString()
     assert reason in [miss.reason for miss in result.report.near_misses]
+
+
+@pytest.mark.parametrize(("scale", "trusted"), [(0.7, False), (2.0, True)])
+def test_a_fractional_resize_scale_gives_no_trusted_dim(scale: float, trusted: bool) -> None:
+    """onnx sizes Resize's output as floor(dim * scale) in float64, ONNX Runtime in float32:
+    10 x 0.7 is 6 in one and 7 in the other. A norm over that axis is left (`unknown-shape`,
+    before any rewrite; a fused scale sized 6 failed at run time where no run caught it); an
+    integral scale is trusted and the norm fuses."""
+    nodes = [
+        helper.make_node("Resize", ["x", "", "scales"], ["p"], mode="nearest"),
+        *_layer_norm("p", "y"),
+    ]
+    scales = np.array([1, 1, scale], np.float32)
+    model = _model(nodes, [2, 3, 10], {"scales": scales})
+    result = normfuse.optimize(model)
+    if trusted:
+        assert [site.kind for site in result.report.sites] == ["layer-norm"]
+        assert_same_numerics(model, result.model)
+    else:
+        assert result.report.sites == []
+        assert [miss.reason for miss in result.report.near_misses] == ["unknown-shape"]
