@@ -62,3 +62,25 @@ def test_spelling_table_in_the_docs_matches_the_builders() -> None:
     start = text.index("<!-- spellings:")
     body = text[text.index("\n", start) + 1 : text.index("<!-- /spellings -->")]
     assert body == spelling_table()
+
+
+def test_bench_and_tune_are_reachable_from_the_package_in_a_fresh_interpreter() -> None:
+    """issue 35: `normfuse.tune` raised AttributeError unless imported by hand."""
+    import subprocess
+    import sys
+
+    code = (
+        "import normfuse; from normfuse.bench import BenchModel; "
+        "print(normfuse.tune.tune.__name__, normfuse.bench.run.__name__, BenchModel.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["tune", "run", "BenchModel"]
+
+
+def test_the_documented_optimize_defaults_are_the_passes_run() -> None:
+    from normfuse.passes import DEFAULT_PASS_NAMES
+
+    import normfuse
+
+    assert "group-norm, layer-norm, rms-norm" in normfuse.optimize.__doc__
+    assert DEFAULT_PASS_NAMES == ("group-norm", "layer-norm", "rms-norm")

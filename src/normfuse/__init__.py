@@ -2,7 +2,9 @@
 
 The public API: `optimize` rewrites a model and returns it with its report, `inspect` reports what
 would be fused without changing anything, `validate` compares two models, and `save` writes a
-model atomically.
+model atomically; `normfuse.bench` (`run`, `BenchModel`, `BenchOptions`) times models side by
+side and `normfuse.tune` (`tune`) tries ONNX Runtime session settings (imported on first use).
+docs/python-api.md describes each.
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ from normfuse.sessions import parse_providers
 from normfuse.structure import check_structure
 from normfuse.targets import Target
 from normfuse.validate import ValidationOptions
+
+# Submodules of the public API imported on first use (they import ONNX Runtime's timing).
+_LAZY_SUBMODULES = ("bench", "tune")
+
+
+def __getattr__(name: str) -> object:
+    """`normfuse.bench` and `normfuse.tune`, imported on first use."""
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"normfuse.{name}")
+    raise AttributeError(f"module 'normfuse' has no attribute {name!r}")
+
 
 try:
     __version__ = version("normfuse")
@@ -86,9 +101,10 @@ def optimize(
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
     `target` is "ort" (ONNX Runtime, the default) or "onnx" (standard operators only); `passes`
-    names the passes to run (default: layer-norm, rms-norm). For a `ModelProto` whose weights are
-    in external data, `base_dir` is the folder they are in. With `validation`, each fused site is
-    run alone against its original subgraph, failing sites are left decomposed (near-miss
+    names the passes to run (default: group-norm, layer-norm, rms-norm; `skip-norm` on request).
+    For a `ModelProto` whose weights are in external data, `base_dir` is the folder they are
+    in. With `validation`, each fused site is run alone against its original subgraph, failing
+    sites are left decomposed (near-miss
     `failed-validation`), and the whole model is compared with the original; the outcome is
     `report.validation` (its `dims` and `npz` are checked against the model before any work).
     With `tune_for` ("cpu" or "cuda"), residual fusion is added and each site's form (Skip* or
