@@ -40,8 +40,9 @@ def _feeds(path: Path) -> dict[str, np.ndarray]:
     model = onnx.load(path, load_external_data=False)
     rng = np.random.default_rng(0)
     return {
-        info.name: rng.standard_normal([d.dim_value for d in info.type.tensor_type.shape.dim])
-        .astype(np.float32)
+        info.name: rng.standard_normal(
+            [d.dim_value for d in info.type.tensor_type.shape.dim]
+        ).astype(np.float32)
         for info in model.graph.input
     }
 
@@ -121,9 +122,7 @@ def test_referencing_the_input_data_is_asked_for_and_said(tmp_path: Path, capfd)
     assert locations == {"m.onnx.data"}
 
 
-def test_referencing_the_input_data_from_another_folder_is_refused(
-    tmp_path: Path, capfd
-) -> None:
+def test_referencing_the_input_data_from_another_folder_is_refused(tmp_path: Path, capfd) -> None:
     source = _export(tmp_path / "ext")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -812,9 +812,7 @@ def _(w: Work) -> Run:
 def _(w: Work) -> Run:
     model = w.external()
     w.edit_external("m.onnx", location="m.onnx", offset="0", length="4")
-    return Run(
-        ["optimize", model, "-o", w.p("o.onnx")], code=-1, writes=("o.onnx", "o.onnx.data")
-    )
+    return Run(["optimize", model, "-o", w.p("o.onnx")], code=-1, writes=("o.onnx", "o.onnx.data"))
 
 
 @case("external-data", "in-place-when-a-location-is-the-model")
