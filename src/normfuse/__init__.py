@@ -97,6 +97,7 @@ def optimize(
     tune_for: str | None = None,
     dims: dict[str, int] | None = None,
     refuse_repairs: bool = False,
+    max_opset: int | None = None,
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
@@ -118,8 +119,11 @@ def optimize(
     from a float64 evaluation is left decomposed (`output-differs`), and one after which it
     differs but is no nearer the original than float64 is kept as a *repair* (the site's
     `repair` evidence), or, with `refuse_repairs`, left decomposed (`repair-refused`).
+    `max_opset` caps the default-domain opset the output may be raised to (the deployment
+    runtime's); a site that needs more is left (`opset-too-low`, naming the cap).
     """
     loaded = _load(model, base_dir)
+    targets.check_max_opset(loaded.model, max_opset)
     if validation is not None:  # a `dims` typo or a wrong `.npz` is refused before any work
         inputs.check_inputs(loaded.model, validation.dims, validation.npz)
     output_guard = guard.OutputGuard(loaded.model, refuse_repairs)
@@ -127,7 +131,7 @@ def optimize(
         output_guard.start()  # a large original's run overlaps the rewrite
     try:
         return _optimize_loaded(
-            loaded, model, target, passes, validation, tune_for, dims, output_guard
+            loaded, model, target, passes, validation, tune_for, dims, output_guard, max_opset
         )
     finally:
         output_guard.close()
@@ -142,6 +146,7 @@ def _optimize_loaded(
     tune_for: str | None,
     dims: dict[str, int] | None,
     output_guard: guard.OutputGuard,
+    max_opset: int | None = None,
 ) -> OptimizeResult:
     """`optimize` of the loaded model, its rewrites proved by `output_guard`."""
     with guard_rewrite():
@@ -152,7 +157,9 @@ def _optimize_loaded(
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
     def build(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
-        return _optimize(loaded, view, target, passes, excluded, _name(model), chooser)
+        return _optimize(
+            loaded, view, target, passes, excluded, _name(model), chooser, max_opset
+        )
 
     def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
         return rollback.guarded(build, excluded, output_guard)
@@ -228,6 +235,7 @@ def _optimize(
     excluded: dict[str, tuple[str, str]],
     name: str | None,
     chooser: FormChooser | None = None,
+    max_opset: int | None = None,
 ) -> OptimizeResult:
     """One rewrite of `loaded`: import, run the passes, export, set opsets, check, report."""
     from normfuse.passes import select
@@ -239,7 +247,7 @@ def _optimize(
     original = loaded.model
     # The raise is judged on the nodes that survive the rewrite: it is assumed, and the rewrite
     # redone without it when the survivors forbid it (at most once per standard opset).
-    blocked = targets.fixed_blockers(original)
+    blocked = {**targets.fixed_blockers(original), **targets.ceiling_blockers(max_opset)}
     with guard_rewrite():
         while True:
             context, function_contexts = _contexts(view, chosen_target, excluded, chooser, blocked)
@@ -366,9 +374,10 @@ def inspect(
     target: str = "ort",
     passes: str | list[str] | None = None,
     base_dir: str | os.PathLike | None = None,
+    max_opset: int | None = None,
 ) -> Report:
     """Report what `optimize` would fuse and every near-miss, changing nothing."""
-    return optimize(model, target, passes, base_dir).report
+    return optimize(model, target, passes, base_dir, max_opset=max_opset).report
 
 
 def save(

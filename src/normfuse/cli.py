@@ -157,6 +157,13 @@ def _add_model_options(sub: argparse.ArgumentParser, several: bool = False) -> N
         default=None,
         help=f"comma-separated, of {','.join(PASS_NAMES)} (default {','.join(DEFAULT_PASS_NAMES)})",
     )
+    sub.add_argument(
+        "--max-opset",
+        type=int,
+        metavar="N",
+        help="never raise the model's opset above N (what the deployment runtime loads); a site "
+        "that needs more is left (opset-too-low)",
+    )
 
 
 def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
@@ -650,6 +657,7 @@ def _optimize_one(
         tune_for=args.tune_for,
         dims=parse_dims(args.dims),
         refuse_repairs=args.refuse_repairs,
+        max_opset=args.max_opset,
     )
     report = result.report
     report.input = str(model_path)
@@ -801,7 +809,11 @@ def _inspect(args: argparse.Namespace) -> int:
     with OutputPlan(inputs) as plan:
         report_path = _plan(plan, destination, "--report", allow_stdout=True)
         report = normfuse.inspect(
-            loaded.model, target=args.target, passes=args.passes, base_dir=loaded.base_dir
+            loaded.model,
+            target=args.target,
+            passes=args.passes,
+            base_dir=loaded.base_dir,
+            max_opset=args.max_opset,
         )
         report.input = str(args.model)
         if destination != STDOUT:

@@ -20,6 +20,7 @@ from enum import Enum
 import onnx
 
 from normfuse import opset_raise
+from normfuse.errors import NormfuseError
 
 LAYER_NORM_OPSET = 17
 RMS_NORM_OPSET = 23
@@ -127,6 +128,27 @@ def fixed_blockers(model: onnx.ModelProto) -> dict[int, str]:
         why = f"opset {opset} is below {LOWEST_RAISABLE_OPSET}, the lowest this tool raises"
         return {LAYER_NORM_OPSET: why, RMS_NORM_OPSET: why}
     return {}
+
+
+# Above every opset any site asks for: the range a ceiling blocks.
+_HIGHEST_OPSET = 40
+
+
+def ceiling_blockers(max_opset: int | None) -> dict[int, str]:
+    """Every opset above `max_opset` (the deployment runtime's), blocked with why."""
+    if max_opset is None:
+        return {}
+    why = f"--max-opset {max_opset}: the output may not be raised above opset {max_opset}"
+    return dict.fromkeys(range(max_opset + 1, _HIGHEST_OPSET), why)
+
+
+def check_max_opset(model: onnx.ModelProto, max_opset: int | None) -> None:
+    """Refuse a ceiling below the model's own opset (the output keeps at least that)."""
+    if max_opset is not None and default_opset(model) > max_opset:
+        raise NormfuseError(
+            f"--max-opset {max_opset} is below the model's own opset {default_opset(model)}: "
+            "normfuse never lowers an opset"
+        )
 
 
 def raise_blockers(
