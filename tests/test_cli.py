@@ -704,3 +704,22 @@ def test_dims_and_inputs_errors_come_before_any_work(
     assert (done.returncode, done.stderr) == (2, f"normfuse: error: {line}\n")
     assert started == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npz", "m.onnx"]
+
+
+def test_max_opset_caps_the_raise_and_says_which_sites_it_left(tmp_path: Path, capfd) -> None:
+    """issue 35: `--target onnx` raised to opset 23 with no way to cap it at what the deployment
+    runtime loads; with `--max-opset 22` the RMS norms (RMSNormalization needs 23) are left,
+    naming the cap, and the output stays at the model's opset."""
+    model = Path(__file__).resolve().parent.parent / "models" / "real" / "llama_opset17.onnx"
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    args = ["optimize", str(model), "-o", str(out), "--target", "onnx", "--report", str(report)]
+    run = run_cli(capfd, *args, "--max-opset", "22")
+    assert run.returncode == 0, run.stderr
+    record = json.loads(report.read_text())
+    assert record["sites"] == []
+    assert {miss["reason"] for miss in record["near_misses"]} == {"opset-too-low"}
+    assert all("--max-opset 22" in miss["detail"] for miss in record["near_misses"])
+    assert onnx.load(out).opset_import[0].version == 17
+    below = run_cli(capfd, *args, "--max-opset", "16")
+    assert below.returncode == 2
+    assert "--max-opset 16 is below the model's own opset 17" in below.stderr
