@@ -131,3 +131,16 @@ def test_referencing_the_input_data_from_another_folder_is_refused(tmp_path: Pat
     assert run.returncode == 2, run.stdout + run.stderr
     assert "are in another folder" in run.stderr
     assert not out.exists() and list(elsewhere.iterdir()) == []
+
+
+def test_a_model_with_external_data_has_a_float64_reference(tmp_path: Path) -> None:
+    """issue 34: the float64 reference was '-' for every model with external data; its weights
+    are now read into the float64 copy (up to 512 MiB)."""
+    source = _export(tmp_path / "ext")
+    out = source.parent / "fused.onnx"
+    normfuse.save(normfuse.optimize(source), out)
+    report = normfuse.validate(source, out)
+    assert "float64 reference: ONNX Runtime" in report.notes
+    first = report.runs[0].outputs[0]
+    assert first.reference_error_original is not None
+    assert first.reference_error_candidate is not None

@@ -157,9 +157,7 @@ def _optimize_loaded(
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
     def build(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
-        return _optimize(
-            loaded, view, target, passes, excluded, _name(model), chooser, max_opset
-        )
+        return _optimize(loaded, view, target, passes, excluded, _name(model), chooser, max_opset)
 
     def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
         return rollback.guarded(build, excluded, output_guard)

@@ -237,6 +237,8 @@ def _small(tensor: onnx.TensorProto) -> bool:
 
 def _node(node: onnx.NodeProto, scope: _Scope, values: Values) -> None:
     """One node outside any body: its outputs trusted as far as its rule and inputs allow."""
+    if _shape_of_ranked(node, scope):
+        return
     trust = trusted_dims(node, values)
     inputs = [name for name in node.input if name]
     if trust is not None and all(name in scope.trusted for name in inputs):
@@ -263,6 +265,34 @@ def _node(node: onnx.NodeProto, scope: _Scope, values: Values) -> None:
                 if found is not None and found[1] is not None and len(found[1]) == len(partial[1]):
                     scope.result[name] = (found[0], partial[1])
     _rank_only(node, inputs, scope)
+
+
+def _shape_of_ranked(node: onnx.NodeProto, scope: _Scope) -> bool:
+    """`Shape` and `Size` of a tensor whose rank is trusted: the output's own shape follows from
+    that rank alone (its values are run-time sizes, which no fact claims), so it is trusted
+    whole: a Shape's length is the rank cut by `start` and `end`, a Size is a scalar."""
+    if node.op_type not in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
+        return False
+    if len(node.input) != 1 or not node.output or not scope.has_rank(node.input[0]):
+        return False
+    known = scope.result.get(node.input[0])
+    if known is None or known[1] is None:
+        return False
+    rank = len(known[1])
+    if node.op_type == "Size":
+        scope.trust(node.output[0], (onnx.TensorProto.INT64, ()))
+        return True
+    if any(attribute.ref_attr_name for attribute in node.attribute):
+        return False
+    start = _clamped(_attribute(node, "start", 0), rank)
+    end = _clamped(_attribute(node, "end", rank), rank)
+    scope.trust(node.output[0], (onnx.TensorProto.INT64, (max(0, end - start),)))
+    return True
+
+
+def _clamped(index: int, rank: int) -> int:
+    """A Shape bound as the spec reads it: negative from the end, then clamped to [0, rank]."""
+    return min(max(index + rank if index < 0 else index, 0), rank)
 
 
 def _rank_only(node: onnx.NodeProto, inputs: list[str], scope: _Scope) -> None:

@@ -10,23 +10,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import onnx
 
 from normfuse import sessions
 from normfuse.errors import runtime_message
-from normfuse.subgraph import as_float64
+from normfuse.model_io import external_tensors
+from normfuse.subgraph import as_float64, with_weights_loaded
 
 REFERENCE_BYTES = 16 * 2**20
+# External weights read into a float64 evaluation (twice that in memory once widened).
+EXTERNAL_BYTES = 512 * 2**20
 # GridSample's modes before opset 20, by their later names (the same interpolation).
 _GRID_MODES = {"bilinear": "linear", "bicubic": "cubic"}
 Runner = Callable[[dict[str, np.ndarray]], list]
 
 
-def float64_runner(model: onnx.ModelProto) -> tuple[Runner | None, str]:
+def float64_runner(
+    model: onnx.ModelProto, base_dir: Path | None = None
+) -> tuple[Runner | None, str]:
     """A function running `model` in float64 on feeds (cast to float64 where they are float),
-    and how ("ONNX Runtime", "onnx.reference"); None and why where neither can."""
+    and how ("ONNX Runtime", "onnx.reference"); None and why where neither can. Weights in
+    external data (read from `base_dir`) are read into the float64 copy, up to
+    `EXTERNAL_BYTES`."""
+    external = list(external_tensors(model))
+    if external:
+        size = sum(_nbytes(tensor) for tensor in external)
+        if base_dir is None or size > EXTERNAL_BYTES:
+            why = "its folder is unknown" if base_dir is None else f"{size} bytes is over the limit"
+            return None, f"weights are in external data ({why})"
+        model = with_weights_loaded(model, base_dir)
     wide = as_float64(_inlined(model))
     try:
         session = sessions.create(wide, "cpu", "disable")
@@ -112,6 +127,16 @@ def _exact_kernels() -> tuple[type, ...]:
 def _erf(values: np.ndarray) -> np.ndarray:
     """erf in the values' own precision (onnx's reference Erf computes it in float32)."""
     return np.vectorize(math.erf, otypes=[np.float64])(values).astype(values.dtype)
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    for entry in tensor.external_data:
+        if entry.key == "length":
+            return int(entry.value)
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
+    return count * 8
 
 
 def _wide(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

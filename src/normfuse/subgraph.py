@@ -113,6 +113,17 @@ def _scope(
     return list(body.node), {}, list(opsets.values())
 
 
+def with_weights_loaded(model: onnx.ModelProto, base_dir: Path) -> onnx.ModelProto:
+    """A copy of `model` whose external initializers (any scope) hold their bytes."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for graph in all_graphs(copy.graph):
+        for tensor in graph.initializer:
+            if uses_external_data(tensor):
+                tensor.CopyFrom(_loaded(tensor, base_dir))
+    return copy
+
+
 def _loaded(tensor: onnx.TensorProto, base_dir: Path | None) -> onnx.TensorProto:
     """`tensor` with its external data read into it (a copy; the model is not changed)."""
     if not uses_external_data(tensor):

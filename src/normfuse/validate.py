@@ -19,7 +19,6 @@ from normfuse.compare import OutputComparison, compare_output
 from normfuse.errors import NormfuseError, first_line, runtime_message
 from normfuse.float64_reference import float64_runner
 from normfuse.inputs import input_hint, make_inputs
-from normfuse.model_io import external_tensors
 from normfuse.profiles import profiled_feeds
 from normfuse.records import Site
 from normfuse.shapes import TensorType, tensor_types
@@ -214,11 +213,13 @@ def compare_models(
     profiled = {
         profile: sets[0] for profile, sets in profiled_feeds(feeds, original, options.seed).items()
     }
-    references = {}
-    for profile, profile_feeds in profiled.items():
-        references[profile], note = _float64_reference(original, profile_feeds)
-        if profile == "normal":
-            notes.append(note)
+    run64, how = float64_runner(original, original_dir)
+    references = {
+        profile: _float64_reference(run64, how, profile_feeds)
+        for profile, profile_feeds in profiled.items()
+    }
+    notes.append(references["normal"][1])
+    references = {profile: reference for profile, (reference, _) in references.items()}
     runs = []
     for provider in options.providers:
         for level in sessions.levels_for(provider, WHOLE_MODEL_LEVELS):
@@ -315,12 +316,9 @@ def _check_same_signature(original: onnx.ModelProto, candidate: onnx.ModelProto)
             )
 
 
-def _float64_reference(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray]
-) -> tuple[list[np.ndarray] | None, str]:
-    if next(external_tensors(model), None) is not None:
-        return None, "no float64 reference: weights are in external data"
-    run, how = float64_runner(model)
+def _float64_reference(run, how: str, feeds: dict[str, np.ndarray]) -> tuple[list | None, str]:
+    """The float64 evaluation's outputs on `feeds` (`float64_runner`'s `run` and `how`), and the
+    note that says how, or why there is none."""
     if run is None:
         return None, f"no float64 reference: {how}"
     try:
@@ -387,5 +385,5 @@ def _check_site(
 
 def _site_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray | None:
     """The original subgraph evaluated in float64 (None where it cannot be)."""
-    reference, _ = _float64_reference(model, feeds)
+    reference, _ = _float64_reference(*float64_runner(model), feeds)
     return None if reference is None else reference[0]
