@@ -16,8 +16,9 @@ files are byte-reproducible only with a fixed hash seed.
 by optimum's own `merge_decoders` into the merged decoder (an `If` on `use_cache_branch`).
 optimum-onnx 0.1.0 no longer writes a merged decoder for decoder-only models (its with-past export
 is one `model.onnx`), so the no-past half is exported with optimum's own config at
-`use_past_in_inputs=False` (presents out, no past in), as optimum did before; Whisper's seq2seq
-export still writes `decoder_model.onnx` and `decoder_with_past_model.onnx`, merged the same way.
+`use_past_in_inputs=False` (presents out, no past in), as optimum did before; Whisper's and T5's
+seq2seq exports still write `decoder_model.onnx` and `decoder_with_past_model.onnx`, merged the
+same way (T5, Flan-T5: optimum's `text2text-generation` task, from a config with no network).
 `dynamo`: the model wrapped so that its past keys and values are flat graph inputs, exported with
 `torch.onnx.export(dynamo=True)` at batch 1 (static) with sequence, past and mask length dynamic
 (`Dim.AUTO`); the exporter's per-node metadata (stack traces) is dropped. Norm sites are counted
@@ -82,7 +83,34 @@ def _config(family: str):
             pad_token_id=0,
             decoder_start_token_id=1,
         )
+    if family in T5_FAMILIES:
+        # T5 (v1.0: ReLU feed-forward, tied embeddings), Flan-T5 and mT5 (v1.1: gated GELU,
+        # untied lm_head; mT5 its own model class). Hidden 16 and one decoder layer keep the
+        # six files within the KV fixtures' budget; the encoder is not part of the decoder graphs.
+        v1_1 = dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+        config_class = transformers.MT5Config if family == "mt5" else transformers.T5Config
+        return config_class(
+            vocab_size=VOCAB,
+            d_model=16,
+            d_kv=8,
+            d_ff=32,
+            num_layers=1,
+            num_decoder_layers=T5_DECODER_LAYERS,
+            num_heads=2,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=32,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            **({} if family == "t5" else v1_1),
+        )
     raise KeyError(family)
+
+
+T5_FAMILIES = ("t5", "flan_t5", "mt5")
+T5_DECODER_LAYERS = 1
+# Encoder-decoder families: optimum writes decoder_model.onnx (presents, no past) and
+# decoder_with_past_model.onnx; the norms counted are the decoder's.
+SEQ2SEQ = ("whisper", *T5_FAMILIES)
 
 
 # family: (optimum task, opset). Opset 16 for the layer-norm families, so that their norms are
@@ -94,7 +122,18 @@ OPTIMUM = {
     "gemma2": ("text-generation", 17),
     "gpt2": ("text-generation", 16),
     "whisper": ("automatic-speech-recognition", 16),
+    # T5's norms are RMS norms (T5LayerNorm): no exporter writes them as one op at any opset;
+    # 18 is optimum's recommended minimum for T5.
+    "t5": ("text2text-generation", 18),
+    "flan_t5": ("text2text-generation", 18),
 }
+# Families exported only when named (`... optimum mt5`), not committed: mT5's decoder graphs are
+# Flan-T5's (the T5 v1.1 code under MT5 class names; measured: its with-past file is byte-identical
+# to Flan-T5's), and the KV fixtures' budget (4 MiB in all) has no room for them.
+OPTIMUM_ON_REQUEST = {"mt5": ("text2text-generation", 18)}
+# The forms committed of each optimum family (default: both); Flan-T5's merged decoder is left
+# out for the same budget (the v1.0 T5 has both).
+OPTIMUM_FORMS = {"flan_t5": ("with_past",)}
 # (family, dtype) of the dynamo exports.
 DYNAMO = [
     *((family, "float32") for family in ("llama", "qwen3", "phi3", "gemma2", "gpt2")),
@@ -111,6 +150,10 @@ def _model(family: str) -> torch.nn.Module:
     config = _config(family)
     if family == "whisper":
         model = transformers.WhisperForConditionalGeneration(config)
+    elif family == "mt5":
+        model = transformers.MT5ForConditionalGeneration(config)
+    elif family in T5_FAMILIES:
+        model = transformers.T5ForConditionalGeneration(config)
     else:
         model = transformers.AutoModelForCausalLM.from_config(config)
     randomise_norms(model)
@@ -118,8 +161,9 @@ def _model(family: str) -> torch.nn.Module:
 
 
 def _decoder_module(model: torch.nn.Module) -> torch.nn.Module:
-    """The module whose norms the decoder graphs hold (Whisper: its decoder, not the encoder)."""
-    inner = getattr(model, "model", None)
+    """The module whose norms the decoder graphs hold (Whisper, T5: the decoder, not the
+    encoder; Whisper's sits in `model.model`, T5's in the model itself)."""
+    inner = getattr(model, "model", model)
     return inner.decoder if hasattr(inner, "decoder") else model
 
 
@@ -134,16 +178,16 @@ def _forwards(model: torch.nn.Module, family: str) -> tuple:
     """(prefill, decode step) forwards of the PyTorch model, for counting norm calls."""
     ids = torch.randint(0, VOCAB, (1, SEQUENCE))
     extra = {}
-    if family == "whisper":
-        extra["encoder_outputs"] = (torch.randn(1, 8, 32),)
+    if family in SEQ2SEQ:
+        extra["encoder_outputs"] = (torch.randn(1, 8, model.config.d_model),)
 
     def prefill():
-        keyword = "decoder_input_ids" if family == "whisper" else "input_ids"
+        keyword = "decoder_input_ids" if family in SEQ2SEQ else "input_ids"
         return model(**{keyword: ids}, use_cache=True, **extra)
 
     def decode():
         cache = prefill().past_key_values
-        keyword = "decoder_input_ids" if family == "whisper" else "input_ids"
+        keyword = "decoder_input_ids" if family in SEQ2SEQ else "input_ids"
         return model(**{keyword: ids[:, :1]}, past_key_values=cache, use_cache=True, **extra)
 
     return prefill, decode
@@ -203,17 +247,17 @@ def export_optimum(family: str) -> list[dict]:
     from optimum.exporters.onnx import main_export
     from optimum.onnx import merge_decoders
 
-    task, opset = OPTIMUM[family]
+    task, opset = {**OPTIMUM, **OPTIMUM_ON_REQUEST}[family]
     model = _model(family)
     entries = []
     with tempfile.TemporaryDirectory() as folder:
         source, plain, past = Path(folder, "hf"), Path(folder, "plain"), Path(folder, "past")
         model.save_pretrained(source)
-        # Whisper: one seq2seq export writes decoder_model (presents, no past) and
+        # Whisper, T5: one seq2seq export writes decoder_model (presents, no past) and
         # decoder_with_past_model; a decoder-only model is exported twice, its no-past half with
         # optimum's config at use_past_in_inputs=False.
         runs = {past: None}
-        if family != "whisper":
+        if family not in SEQ2SEQ:
             runs = {plain: _no_past_configs(model, task), **runs}
         for out, configs in runs.items():
             main_export(
@@ -226,17 +270,17 @@ def export_optimum(family: str) -> list[dict]:
                 library_name="transformers",
                 custom_onnx_configs=configs,
             )
-        if family == "whisper":
+        if family in SEQ2SEQ:
             no_past, with_past = past / "decoder_model.onnx", past / "decoder_with_past_model.onnx"
         else:
             no_past, with_past = plain / "model.onnx", past / "model.onnx"
         OUT_DIR.mkdir(parents=True, exist_ok=True)
-        for form in ("with_past", "merged"):
+        for form in OPTIMUM_FORMS.get(family, ("with_past", "merged")):
             path = OUT_DIR / f"{family}_optimum_{form}_opset{opset}.onnx"
             if form == "merged":
-                # Whisper's no-past decoder also outputs the encoder presents: optimum's own
+                # A seq2seq no-past decoder also outputs the encoder presents: optimum's own
                 # seq2seq post-processing merges it with strict=False, as here.
-                merge_decoders(no_past, with_past, save_path=path, strict=family != "whisper")
+                merge_decoders(no_past, with_past, save_path=path, strict=family not in SEQ2SEQ)
             else:
                 onnx.save(onnx.load(with_past), path)
             entry = _entry(path, family, form, "optimum", opset, "float32")
@@ -383,7 +427,9 @@ def export_dynamo(family: str, dtype: str) -> dict:
 def main(step: str, families: list[str]) -> int:
     """Run one step (`optimum` or `dynamo`) and merge its entries into manifest.json."""
     if step == "optimum":
-        entries = [e for f in OPTIMUM if not families or f in families for e in export_optimum(f)]
+        chosen = [f for f in OPTIMUM if not families or f in families]
+        chosen += [f for f in OPTIMUM_ON_REQUEST if f in families]
+        entries = [e for f in chosen for e in export_optimum(f)]
     else:
         entries = [export_dynamo(f, d) for f, d in DYNAMO if not families or f in families]
     manifest = json.loads((HERE / "manifest.json").read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-# Encoder positions a seq2seq decoder (Whisper) attends to at a decode step.
+# Encoder positions a seq2seq decoder (Whisper, T5) attends to.
 ENCODER_SEQUENCE = 8
 
 
@@ -16,7 +16,8 @@ def export_feeds(
     prefill (`past` == 0): token ids below `vocab`, an all-ones mask over past and new tokens,
     positions after the past, past keys and values ~ N(0, 1) (a seq2seq decoder's encoder ones
     `ENCODER_SEQUENCE` long at a decode step, empty at a prefill, where it does not read them),
-    encoder states ~ N(0, 1), and `use_cache_branch` true exactly when there is a past."""
+    encoder states ~ N(0, 1) under an all-ones encoder mask (T5), and `use_cache_branch` true
+    exactly when there is a past."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for info in model.graph.input:
@@ -31,6 +32,8 @@ def export_feeds(
             feeds[name] = np.arange(past, past + sequence, dtype=np.int64)[None]
         elif name == "use_cache_branch":
             feeds[name] = np.array([past > 0])
+        elif name == "encoder_attention_mask":  # T5's decoders
+            feeds[name] = np.ones((1, ENCODER_SEQUENCE), np.int64)
         elif name == "encoder_hidden_states":
             feeds[name] = rng.normal(0, 1, (1, ENCODER_SEQUENCE, dims[2])).astype(elem)
         elif name.startswith("past_key_values."):

@@ -50,6 +50,9 @@ def test_manifest_covers_the_families_and_forms() -> None:
     for family in ("llama", "gpt2", "qwen3", "phi3", "gemma2", "whisper"):
         wanted = {("optimum", "merged"), ("optimum", "with_past"), ("dynamo", "with_past")}
         assert {(family, *form) for form in wanted} <= forms
+    # T5 (v1.0) and Flan-T5 (v1.1; mT5's graphs are the same): optimum only.
+    assert {("t5", "optimum", "merged"), ("t5", "optimum", "with_past")} <= forms
+    assert ("flan_t5", "optimum", "with_past") in forms
     assert any(entry["dtype"] == "float16" for entry in ENTRIES)
 
 

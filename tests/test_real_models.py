@@ -26,6 +26,14 @@ def test_manifest_lists_bert_and_gpt2_at_opsets_14_and_16() -> None:
     assert {("bert", 14), ("bert", 16), ("gpt2", 14), ("gpt2", 16)} <= exported
 
 
+def test_manifest_lists_the_roberta_family_at_opset_16() -> None:
+    """Issue 34: RoBERTa's position ids (Equal/Not/Cast/CumSum/Mul/Add) and token types
+    (Expand/Where/GatherElements) in front of the decomposed layer norms."""
+    exported = {(entry["architecture"], entry["opset"]) for entry in ENTRIES}
+    family = ("roberta", "xlm_roberta", "camembert", "electra", "deberta_v2")
+    assert {(name, 16) for name in family} <= exported
+
+
 FUSED_OPS = {"LayerNormalization", "SimplifiedLayerNormalization"}
 DECOMPOSED_OPS = {
     "ReduceMean",
