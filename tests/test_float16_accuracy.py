@@ -16,9 +16,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
-from onnx.reference import ReferenceEvaluator
 
 import normfuse
+from normfuse.float64_reference import float64_runner
 from normfuse.inputs import make_inputs
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -67,17 +67,12 @@ def float64_model(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def float64_outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The float64 evaluation of `model` on `feeds`."""
-    wide = float64_model(model)
-    wide_feeds = {
-        name: value.astype(np.float64) if np.issubdtype(value.dtype, np.floating) else value
-        for name, value in feeds.items()
-    }
-    try:
-        session = ort.InferenceSession(wide.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception:  # no float64 kernel for some op: the reference evaluator
-        return ReferenceEvaluator(wide).run(None, wide_feeds)
-    return session.run(None, wide_feeds)
+    """The float64 evaluation of `model` on `feeds` (ONNX Runtime in double, or onnx.reference
+    with exact kernels where it has no double kernel: `float64_reference`, itself checked
+    against the models' own runs in tests/test_validate.py)."""
+    run, how = float64_runner(model)
+    assert run is not None, how
+    return list(run(feeds))
 
 
 def _run(model: onnx.ModelProto, level: str, feeds: dict) -> list[np.ndarray]:
