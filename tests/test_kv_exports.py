@@ -89,6 +89,9 @@ def test_same_numerics_at_decode_step_and_prefill(entry: dict, step: str) -> Non
 
 
 MERGED = [entry for entry in ENTRIES if entry["form"] == "merged"]
+# T5 decoders: the attention output added to the residual comes through a Reshape whose dims
+# are not proved (symbolic heads and lengths), so no Skip* site proves input and skip one shape.
+NO_PROVED_SKIP = ("t5", "flan_t5")
 
 
 @pytest.mark.parametrize("entry", MERGED, ids=[Path(e["file"]).stem for e in MERGED])
@@ -100,8 +103,11 @@ def test_residual_fusion_keeps_both_branches_exact(entry: dict) -> None:
     original = onnx.load(MODELS_DIR / entry["file"])
     passes = ["layer-norm", "rms-norm", "skip-norm"]
     result = normfuse.optimize(MODELS_DIR / entry["file"], passes=passes)
-    if entry["rms_norm_sites"]:
+    if entry["rms_norm_sites"] and entry["architecture"] not in NO_PROVED_SKIP:
         assert any(site.kind == "skip-norm" for site in result.report.sites)
+    elif entry["architecture"] in NO_PROVED_SKIP:  # the residual's shape is not proved: left
+        reasons = {miss.reason for miss in result.report.near_misses}
+        assert "skip-shape" in reasons, reasons
     for sequence, past in STEPS.values():
         feeds = export_feeds(original, sequence, past, entry["int_input_high"])
         assert_same_numerics(original, result.model, base=feeds)
