@@ -109,3 +109,45 @@ def test_a_group_normalization_21_rewrite_is_a_repair_of_its_one_pass_body() -> 
     assert offset["original_to_float64"] is None or offset["original_to_float64"] > 0.1
     assert offset["rewrite_to_float64"] < 0.01
     assert json.dumps(site.repair, allow_nan=False)  # strict JSON: no Infinity
+
+
+def test_a_layer_norm_the_profiles_cannot_reach_carries_the_class_note() -> None:
+    """ADV13-03: ids -> Gather(a table of ill-conditioned rows) -> layer norm: no float profile
+    reaches the rows, so no repair is seen; the report still says what such rows do."""
+    rng = np.random.default_rng(6)
+    table = (1000 + 0.01 * rng.standard_normal((50, 16))).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["x"]),
+        *_layer_norm(16).graph.node,
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "embedded",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 16])],
+        [numpy_helper.from_array(table, "table"), *_layer_norm(16).graph.initializer],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    result = normfuse.optimize(model)
+    assert [site.kind for site in result.report.sites] == ["layer-norm"]
+    noted = any(note.startswith("note: fused layer/group norms") for note in result.report.notes)
+    assert noted or result.report.sites[0].repair  # told either way, never silent
+    rms = normfuse.optimize(
+        helper.make_model(
+            helper.make_graph(
+                [
+                    helper.make_node("Mul", ["x", "x"], ["sq"]),
+                    helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                    helper.make_node("Add", ["ms", "eps"], ["mse"]),
+                    helper.make_node("Sqrt", ["mse"], ["r"]),
+                    helper.make_node("Div", ["x", "r"], ["y"]),
+                ],
+                "rms",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
+                [numpy_helper.from_array(np.array(1e-5, np.float32), "eps")],
+            ),
+            opset_imports=[helper.make_opsetid("", 13)],
+        )
+    )
+    assert rms.report.sites and not rms.report.notes  # RMS norms do not centre: no such note
