@@ -209,11 +209,12 @@ def test_unknown_dims_name_is_exit_2_on_one_line(tmp_path: Path, capsys) -> None
 def test_bert_float64_reference_comes_from_onnx_reference() -> None:
     """Erf has no float64 kernel in ONNX Runtime: BERT is evaluated by onnx.reference instead,
     and lands within float32 rounding of the model's own run."""
+    from normfuse.float64_reference import float64_runner
     from normfuse.validate import _float64_reference
 
     model = onnx.load(MODELS_DIR / "real/bert_opset14.onnx")
     feeds, _ = make_inputs(model, {"sequence": 4})
-    reference, note = _float64_reference(model, feeds)
+    reference, note = _float64_reference(*float64_runner(model), feeds)
     assert note == "float64 reference: onnx.reference"
     expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     for own, wide in zip(expected, reference, strict=True):
@@ -224,6 +225,7 @@ def test_bert_float64_reference_comes_from_onnx_reference() -> None:
 def test_missing_float64_reference_note_is_whole_words() -> None:
     """An op neither ONNX Runtime (no double kernel) nor onnx.reference (another domain) runs
     in float64: the note names both, without ORT's bracketed prefix."""
+    from normfuse.float64_reference import float64_runner
     from normfuse.validate import _float64_reference
 
     node = onnx.helper.make_node("BiasGelu", ["x", "b"], ["y"], domain="com.microsoft")
@@ -239,7 +241,7 @@ def test_missing_float64_reference_note_is_whole_words() -> None:
     opsets = [onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)]
     model = onnx.helper.make_model(graph, opset_imports=opsets)
     feeds = {"x": np.ones((2, 4), np.float32), "b": np.ones(4, np.float32)}
-    reference, note = _float64_reference(model, feeds)
+    reference, note = _float64_reference(*float64_runner(model), feeds)
     assert reference is None
     assert note.startswith("no float64 reference: ONNX Runtime cannot run it in float64 ("), note
     assert "nor onnx.reference (" in note, note
