@@ -74,7 +74,7 @@ def _expectation(c: Case6, report) -> list[str]:
     """The declared outcome: `fuse` at least the sites of each kind; `keep` no norm site and,
     where reasons are named, one of them; `or` either of the two."""
     fused = [s.kind for s in report.sites]
-    reasons = sorted({n.reason for n in report.near_misses})
+    reasons = sorted({n.reason for n in [*report.near_misses, *report.kept]})
     e = c.expect
     enough = all(fused.count(k) >= n for k, n in e.sites.items())
     if e.outcome == "fuse" and not enough:

@@ -109,6 +109,8 @@ def assert_group_norms(entry: dict, result: normfuse.OptimizeResult, before: Cou
     (`no-faster-form`), or left where shape inference lost its spatial dims (`unknown-shape`; the
     layer-norm pass then reports the same statistics as `group-norm`); nothing else is reported."""
     misses = Counter((miss.kind, miss.reason) for miss in result.report.near_misses)
+    assert not any(miss.reason == "no-faster-form" for miss in result.report.near_misses)
+    misses.update((miss.kind, miss.reason) for miss in result.report.kept)
     kept, unknown = (
         misses[("group-norm", "no-faster-form")],
         misses[("group-norm", "unknown-shape")],

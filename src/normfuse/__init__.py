@@ -279,13 +279,14 @@ def _optimize(
         None,
         chosen_target.value,
         result.sites,
-        result.near_misses,
+        [miss for miss in result.near_misses if miss.reason not in records.KEPT_AS_IS_REASONS],
         nodes_before,
         len(optimised.graph.node),
         targets.default_opset(original),
         targets.default_opset(optimised),
         any(site.ort_only for site in result.sites),
         tuning=[] if chooser is None else chooser.records(),
+        kept=[miss for miss in result.near_misses if miss.reason in records.KEPT_AS_IS_REASONS],
     )
     return OptimizeResult(optimised, report, loaded.base_dir)
 

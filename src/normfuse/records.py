@@ -142,6 +142,11 @@ class NearMiss:
         return {"kind": self.kind, "node": self.node, "reason": self.reason, "detail": self.detail}
 
 
+# Reasons for leaving a site that is already in its best exact form: not a look-alike, so not a
+# near-miss; the report counts them (`Report.kept`).
+KEPT_AS_IS_REASONS = frozenset({"no-faster-form"})
+
+
 def node_label(node: gs.Node) -> str:
     """A node's name, or `Op->output` for an unnamed node."""
     return node.name or f"{node.op}->{node.outputs[0].name if node.outputs else ''}"

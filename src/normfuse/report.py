@@ -31,6 +31,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     validation: ValidationReport | None = None
     tuning: list[dict] = field(default_factory=list)
+    # Sites already in their best exact form (`records.KEPT_AS_IS_REASONS`): counted, not listed
+    # as near-misses.
+    kept: list[NearMiss] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Nodes before and after, and fused sites per kind."""
@@ -52,7 +55,12 @@ class Report:
             "notes": list(self.notes),
             **({"validation": self.validation.as_dict()} if self.validation else {}),
             **({"tuning": list(self.tuning)} if self.tuning else {}),
+            **({"kept_as_is": self.kept_counts()} if self.kept else {}),
         }
+
+    def kept_counts(self) -> dict[str, int]:
+        """How many sites were left in their best exact form, per kind."""
+        return dict(sorted(Counter(miss.kind for miss in self.kept).items()))
 
     def to_json(self) -> str:
         """The report as indented JSON text."""
@@ -87,6 +95,8 @@ class Report:
             lines.append("output uses operators only ONNX Runtime accepts (not standard ONNX)")
         for miss in self.near_misses:
             lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
+        for kind, count in self.kept_counts().items():
+            lines.append(f"kept as is: {count} {kind} site(s) already in their fastest exact form")
         lines.extend(repair_line(site) for site in self.sites if site.repair)
         lines.extend(self.notes)
         lines.extend(f"tuned: {choice['summary']}" for choice in self.tuning)
