@@ -114,16 +114,20 @@ def test_failed_save_leaves_existing_output_and_no_temp_files(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx", "in"]
 
 
-def test_output_in_the_source_folder_has_its_own_data(tmp_path: Path) -> None:
-    """Beside the input, the output still gets its own OUT.data (issue 35: deleting the input
-    must not break it); the input's file is unchanged."""
+@pytest.mark.parametrize("reference", [False, True], ids=["own-data", "referenced"])
+def test_output_in_the_source_folder(tmp_path: Path, reference: bool) -> None:
+    """Beside the input, the output gets its own OUT.data (issue 35: deleting the input must not
+    break it), or, asked, reads the input's file; the input's file is unchanged either way."""
     source = save_external(tmp_path)
     weights = tmp_path / "weights.bin"
     before = (weights.stat().st_mtime_ns, hashlib.sha256(weights.read_bytes()).hexdigest())
     out = tmp_path / "fused.onnx"
-    normfuse.save(normfuse.optimize(source), out)
+    said = normfuse.save(normfuse.optimize(source), out, reference_input_data=reference)
+    data = "weights.bin" if reference else "fused.onnx.data"
+    if reference:
+        assert said == f"weights: read from the input's {weights} (not copied)"
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["fused.onnx", "fused.onnx.data", "m.onnx", "weights.bin"]
+    assert names == sorted({"fused.onnx", data, "m.onnx", "weights.bin"})
     assert (weights.stat().st_mtime_ns, hashlib.sha256(weights.read_bytes()).hexdigest()) == before
     locations = {
         entry.value
@@ -131,27 +135,7 @@ def test_output_in_the_source_folder_has_its_own_data(tmp_path: Path) -> None:
         for entry in tensor.external_data
         if entry.key == "location"
     }
-    assert locations == {"fused.onnx.data"}
-    original = onnx.load(source)
-    assert_same_numerics(original, onnx.load(out), seed=7)
-
-
-def test_output_in_the_source_folder_references_its_data_when_asked(tmp_path: Path) -> None:
-    source = save_external(tmp_path)
-    weights = tmp_path / "weights.bin"
-    before = (weights.stat().st_mtime_ns, hashlib.sha256(weights.read_bytes()).hexdigest())
-    out = tmp_path / "fused.onnx"
-    said = normfuse.save(normfuse.optimize(source), out, reference_input_data=True)
-    assert said == f"weights: read from the input's {weights} (not copied)"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fused.onnx", "m.onnx", "weights.bin"]
-    assert (weights.stat().st_mtime_ns, hashlib.sha256(weights.read_bytes()).hexdigest()) == before
-    locations = {
-        entry.value
-        for tensor in model_io.external_tensors(onnx.load(out, load_external_data=False))
-        for entry in tensor.external_data
-        if entry.key == "location"
-    }
-    assert locations == {"weights.bin"}
+    assert locations == {data}
     original = onnx.load(source)
     assert_same_numerics(original, onnx.load(out), seed=7)
 
