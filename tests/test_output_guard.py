@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
+from pathlib import Path
 
 import normfuse.passes
 import numpy as np
@@ -450,7 +451,8 @@ def test_run_size_limit(three_norms):
     tensor = external.graph.initializer[0]
     tensor.data_location = onnx.TensorProto.EXTERNAL
     tensor.external_data.add(key="location", value="weights.bin")
-    assert not guard.runnable(external)
+    assert not guard.runnable(external)  # its weights' folder unknown
+    assert guard.runnable(external, Path("."))  # read from there, within the size limit
     big = onnx.ModelProto()
     big.CopyFrom(three_norms)
     big.graph.initializer.append(

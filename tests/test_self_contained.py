@@ -144,3 +144,16 @@ def test_a_model_with_external_data_has_a_float64_reference(tmp_path: Path) -> N
     first = report.runs[0].outputs[0]
     assert first.reference_error_original is not None
     assert first.reference_error_candidate is not None
+
+
+def test_refused_repairs_apply_to_a_model_with_external_data(tmp_path: Path) -> None:
+    """issue 35 walkthrough: with weights in external data the output guard did not run the
+    model, so no repair was seen and `--refuse-repairs` kept a site that `--validate` called a
+    repair; the guard now reads the weights from the model's folder."""
+    source = _export(tmp_path / "ext")
+    kept = normfuse.optimize(source)
+    repaired = [site.output for site in kept.report.sites if site.repair]
+    assert repaired  # the first norm reads the offset rows themselves
+    refused = normfuse.optimize(source, refuse_repairs=True)
+    assert not {site.output for site in refused.report.sites} & set(repaired)
+    assert "repair-refused" in {miss.reason for miss in refused.report.near_misses}

@@ -126,7 +126,7 @@ def optimize(
     targets.check_max_opset(loaded.model, max_opset)
     if validation is not None:  # a `dims` typo or a wrong `.npz` is refused before any work
         inputs.check_inputs(loaded.model, validation.dims, validation.npz)
-    output_guard = guard.OutputGuard(loaded.model, refuse_repairs)
+    output_guard = guard.OutputGuard(loaded.model, refuse_repairs, loaded.base_dir)
     if tune_for is None:  # timed forms share the CPU with nothing
         output_guard.start()  # a large original's run overlaps the rewrite
     try:

@@ -511,7 +511,7 @@ def _optimize(args: argparse.Namespace) -> int:
             _stage_text(plan, args.report, report_path, text)
             _commit(plan)
             if outcome.status == EXIT_OK:
-                print(printable(f"wrote {planned[0]}"), file=stream)
+                _said_after_commit(printable(f"wrote {planned[0]}"), stream)
             return outcome.status
         dims = parse_dims(args.dims)
         outcomes = []
@@ -627,6 +627,18 @@ def _commit(plan: OutputPlan) -> list[Path]:
     """Write everything staged, once standard output has taken what was printed."""
     sys.stdout.flush()
     return plan.commit()
+
+
+def _said_after_commit(text: str, stream) -> None:
+    """Print a line after the commit: the work is done and written, so a reader that has gone
+    (`| head`) changes nothing; the rest of what would go to standard output is dropped."""
+    try:
+        print(text, file=stream)
+        stream.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def _optimize_one(
@@ -775,7 +787,7 @@ def _bench(args: argparse.Namespace) -> int:
             plot_ratios(report, plan.temp_path(plot_path))
         _commit(plan)
     if plot_path is not None:
-        print(printable(f"wrote {args.plot}"), file=stream)
+        _said_after_commit(printable(f"wrote {args.plot}"), stream)
     return EXIT_OK
 
 
@@ -791,7 +803,7 @@ def _validate(args: argparse.Namespace) -> int:
         text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
         _stage_text(plan, args.report, report_path, text)
         _commit(plan)
-    print("validation passed" if report.passed else "validation FAILED", file=stream)
+    _said_after_commit("validation passed" if report.passed else "validation FAILED", stream)
     return EXIT_OK if report.passed else EXIT_CHECK_FAILED
 
 

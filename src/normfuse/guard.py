@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -103,8 +104,15 @@ def _short(value: float) -> str:
 class OutputGuard:
     """Checks rewrites of one original model; what is asked of the original is done once."""
 
-    def __init__(self, original: onnx.ModelProto, refuse_repairs: bool = False) -> None:
+    def __init__(
+        self,
+        original: onnx.ModelProto,
+        refuse_repairs: bool = False,
+        base_dir: Path | None = None,
+    ) -> None:
         self.original = original
+        # The folder of the original's external weights (which the rewrite reads too).
+        self.base_dir = base_dir
         # With it, a repair is a failure (`repair-refused`) and its site is left decomposed.
         self.refuse_repairs = refuse_repairs
         # The last model checked and its repairs (asked again by `repair_failure`).
@@ -120,8 +128,8 @@ class OutputGuard:
     def start(self) -> None:
         """Start the original's run on a worker thread where the graph is large
         (`EARLY_NODES`) and the run would happen (`runnable`); `close` waits for it."""
-        if self._threaded and self._early is None and runnable(self.original):
-            self._early = _Worker(lambda: _Reference.of(self.original))
+        if self._threaded and self._early is None and runnable(self.original, self.base_dir):
+            self._early = _Worker(lambda: _Reference.of(self.original, self.base_dir))
 
     def close(self) -> None:
         """Wait for an early run (nothing of it outlives the `optimize` call)."""
@@ -230,7 +238,9 @@ class OutputGuard:
     def _run_reference(self) -> _Reference | None:
         if not self._reference_tried:
             early = self._early
-            reference = _Reference.of(self.original) if early is None else early.wait()
+            reference = (
+                _Reference.of(self.original, self.base_dir) if early is None else early.wait()
+            )
             self._reference, self._reference_tried = reference, True
         return self._reference
 
@@ -334,21 +344,22 @@ class _Reference:
     runs: tuple[_ProfileRun, ...]
     names: tuple[str, ...]
     compute_dtype: str | None
+    base_dir: Path | None = None
 
     @staticmethod
-    def of(original: onnx.ModelProto) -> _Reference | None:
+    def of(original: onnx.ModelProto, base_dir: Path | None = None) -> _Reference | None:
         """The original's runs, or None where it is too large or does not load or run on
         generated inputs (then only the weightless checks apply). A profile the original does
         not run on is left out."""
-        if not runnable(original):
+        if not runnable(original, base_dir):
             return None
         try:
             feeds, _ = inputs.make_inputs(original, inputs.probe_dims(original))
-            session = sessions.create(original, "cpu", "disable")
+            session = sessions.create(original, "cpu", "disable", base_dir)
             first = session.run(None, feeds)
         except Exception:  # whatever stops the original's run, the run is not a check
             return None
-        wide, _ = float64_runner(original)
+        wide, _ = float64_runner(original, base_dir)
         runs = []
         profiled = profiled_feeds(feeds, original, draws=len(OFFSETS))
         for profile, sets in profiled.items():
@@ -362,14 +373,14 @@ class _Reference:
             float64 = None if any(run is None for run in wide_runs) else tuple(wide_runs)
             runs.append(_ProfileRun(profile, tuple(sets), tuple(map(tuple, outputs)), float64))
         names = tuple(info.name for info in original.graph.output)
-        return _Reference(tuple(runs), names, narrowest_float_type(original))
+        return _Reference(tuple(runs), names, narrowest_float_type(original), base_dir)
 
     def failure(self, optimised: onnx.ModelProto) -> Failure | tuple[Repair, ...]:
         """The rewrite's runs on the same feeds: it loads, runs, gives outputs of the same
         shapes and types, each within tolerance of the original's or no further from float64
         (a repair, returned), a profile's feed sets judged together; otherwise the failure."""
         try:
-            session = sessions.create(optimised, "cpu", "disable")
+            session = sessions.create(optimised, "cpu", "disable", self.base_dir)
         except NormfuseError as error:
             return Failure("output-does-not-load", str(error))
         repairs: list[Repair] = []
@@ -435,11 +446,22 @@ def _float64(run: Runner | None, feeds: dict[str, np.ndarray]) -> tuple | None:
         return None
 
 
-def runnable(model: onnx.ModelProto) -> bool:
-    """True when the guard runs `model`: no external data, at most `MAX_RUN_BYTES` serialized."""
-    if any(uses_external_data(tensor) for tensor in model.graph.initializer):
+def runnable(model: onnx.ModelProto, base_dir: Path | None = None) -> bool:
+    """True when the guard runs `model`: at most `MAX_RUN_BYTES`, its external weights (read
+    from `base_dir`, which must be known) counted."""
+    external = [t for t in model.graph.initializer if uses_external_data(t)]
+    if external and base_dir is None:
         return False
-    return model.ByteSize() <= MAX_RUN_BYTES
+    return model.ByteSize() + sum(map(_external_bytes, external)) <= MAX_RUN_BYTES
+
+
+def _external_bytes(tensor: onnx.TensorProto) -> int:
+    """The stored length of an external tensor (its declared `length`, else its size in
+    float64, an upper bound)."""
+    for entry in tensor.external_data:
+        if entry.key == "length" and entry.value.isdigit():
+            return int(entry.value)
+    return 8 * int(np.prod(tensor.dims))
 
 
 def _changed(before, after) -> str | None:
