@@ -157,3 +157,23 @@ def test_refused_repairs_apply_to_a_model_with_external_data(tmp_path: Path) -> 
     refused = normfuse.optimize(source, refuse_repairs=True)
     assert not {site.output for site in refused.report.sites} & set(repaired)
     assert "repair-refused" in {miss.reason for miss in refused.report.near_misses}
+
+
+def test_validation_fails_a_repair_the_guard_did_not_see_when_repairs_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation's own inputs (other dims, other draws) may show a repair the guard's did not:
+    with repairs refused, that fails the validation (nothing written by the CLI), and the table
+    says why; allowed, the row says `repair`."""
+    from normfuse import guard
+    from normfuse.validate import ValidationOptions
+
+    monkeypatch.setattr(guard, "runnable", lambda model, base_dir=None: False)  # guard blind
+    source = _export(tmp_path / "ext")
+    allowed = normfuse.optimize(source, validation=ValidationOptions())
+    assert allowed.report.validation.passed
+    assert allowed.report.validation.repaired
+    assert "repair: " in allowed.report.validation.table()
+    refused = normfuse.optimize(source, validation=ValidationOptions(), refuse_repairs=True)
+    assert not refused.report.validation.passed
+    assert "repairs are refused (--refuse-repairs)" in refused.report.validation.table()

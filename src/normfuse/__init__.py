@@ -195,6 +195,7 @@ def _optimize_loaded(
         loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
     )
     report.sites, report.rolled_back = checks, failed
+    report.repairs_refused = output_guard.refuse_repairs
     result.report.validation = report
     return _with_repairs(result, build, excluded, output_guard)
 

@@ -103,11 +103,21 @@ class ValidationReport:
     sites: list[SiteCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     rolled_back: list[str] = field(default_factory=list)
+    # Set with --refuse-repairs: an output repaired (differing, nearer float64) then fails.
+    repairs_refused: bool = False
+
+    @property
+    def repaired(self) -> int:
+        """Elements that differ from the original's beyond tolerance, nearer float64."""
+        return sum(out.repaired for run in self.runs for out in run.outputs)
 
     @property
     def passed(self) -> bool:
-        """True when every run passed and every site kept in the model passed alone."""
+        """True when every run passed and every site kept in the model passed alone (and,
+        where repairs are refused, no output was repaired)."""
         kept_sites = [site for site in self.sites if site.output not in self.rolled_back]
+        if self.repairs_refused and self.repaired:
+            return False
         return all(run.passed for run in self.runs) and all(site.passed for site in kept_sites)
 
     def as_dict(self) -> dict:
@@ -131,6 +141,8 @@ class ValidationReport:
         for run in self.runs:
             for out in run.outputs:
                 verdict = "ok" if out.passed else f"FAIL {out.detail}"
+                if out.passed and out.repaired:
+                    verdict = f"repair: {out.repaired} beyond tolerance, nearer float64"
                 if _further_from_float64(out):
                     verdict += ", further from float64"
                     further.append(out)
@@ -161,6 +173,11 @@ class ValidationReport:
                 f"note: the candidate is further from float64 than the original on {len(further)} "
                 f"output run(s); worst {worst.output!r}: "
                 f"{worst.reference_error_candidate:.3g} vs {worst.reference_error_original:.3g}"
+            )
+        if self.repairs_refused and self.repaired:
+            lines.append(
+                f"FAILED: {self.repaired} element(s) repaired (beyond tolerance, nearer float64) "
+                "and repairs are refused (--refuse-repairs)"
             )
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
