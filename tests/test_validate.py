@@ -89,7 +89,7 @@ def test_failing_site_is_rolled_back_and_the_rest_kept(monkeypatch: pytest.Monke
     ]
     assert [miss.reason for miss in guarded.report.near_misses] == ["output-differs"]
     # Where the guard does not run the model (too large), validation's per-site check does.
-    monkeypatch.setattr(normfuse.guard, "runnable", lambda model: False)
+    monkeypatch.setattr(normfuse.guard, "runnable", lambda model, base_dir=None: False)
     result = normfuse.optimize(original, validation=ValidationOptions())
     assert [site.output for site in result.report.sites] == [
         s.output for s in honest.report.sites if s.output != target
