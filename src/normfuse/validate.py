@@ -230,6 +230,8 @@ def compare_models(
     profiled = {
         profile: sets[0] for profile, sets in profiled_feeds(feeds, original, options.seed).items()
     }
+    if len(profiled) == 1:
+        notes.append("inputs: the normal profile only (no float input to vary: ids, masks)")
     run64, how = float64_runner(original, original_dir)
     references = {
         profile: _float64_reference(run64, how, profile_feeds)
