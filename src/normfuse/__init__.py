@@ -224,8 +224,8 @@ def _with_repairs(
 # Layer and group norms: their kernels centre the rows in another order than the graph.
 CENTRED_KINDS = ("layer-norm", "group-norm")
 ILL_CONDITIONED_NOTE = (
-    "note: fused layer norms differ beyond 1e-4 on rows of mean >= 1e3x spread "
-    "(docs/limitations.md)"
+    "note: fused layer norms match the graph except on rows of mean >= 1e3x spread "
+    "(float32's limit; docs/limitations.md)"
 )
 
 
