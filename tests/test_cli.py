@@ -739,3 +739,13 @@ def test_a_reader_gone_after_the_commit_does_not_fail_a_written_model() -> None:
         _said_after_commit("wrote o.onnx", stream)  # no BrokenPipeError
         print("more", file=stream)  # now goes nowhere
         stream.flush()
+
+
+def test_an_empty_passes_value_is_refused(tmp_path: Path, capfd) -> None:
+    """issue 35 walkthrough: `--passes ""` fused nothing and exited 0."""
+    model = Path(__file__).resolve().parent.parent / "models" / "real" / "bert_opset14.onnx"
+    out = tmp_path / "o.onnx"
+    run = run_cli(capfd, "optimize", str(model), "-o", str(out), "--passes", " , ")
+    assert run.returncode == 2
+    assert "--passes: names no pass" in run.stderr
+    assert not out.exists()

@@ -155,6 +155,7 @@ def _add_model_options(sub: argparse.ArgumentParser, several: bool = False) -> N
     sub.add_argument(
         "--passes",
         default=None,
+        type=_pass_names,
         help=f"comma-separated, of {','.join(PASS_NAMES)} (default {','.join(DEFAULT_PASS_NAMES)})",
     )
     sub.add_argument(
@@ -164,6 +165,13 @@ def _add_model_options(sub: argparse.ArgumentParser, several: bool = False) -> N
         help="never raise the model's opset above N (what the deployment runtime loads); a site "
         "that needs more is left (opset-too-low)",
     )
+
+
+def _pass_names(text: str) -> str:
+    """`--passes` as given, refused when it names no pass (an empty value ran nothing, rc 0)."""
+    if not any(name.strip() for name in text.split(",")):
+        raise argparse.ArgumentTypeError("names no pass")
+    return text
 
 
 def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:

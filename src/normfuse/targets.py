@@ -138,7 +138,7 @@ def ceiling_blockers(max_opset: int | None) -> dict[int, str]:
     """Every opset above `max_opset` (the deployment runtime's), blocked with why."""
     if max_opset is None:
         return {}
-    why = f"--max-opset {max_opset}: the output may not be raised above opset {max_opset}"
+    why = f"capped by --max-opset {max_opset}"
     return dict.fromkeys(range(max_opset + 1, _HIGHEST_OPSET), why)
 
 
