@@ -720,9 +720,13 @@ def test_max_opset_caps_the_raise_and_says_which_sites_it_left(tmp_path: Path, c
     assert {miss["reason"] for miss in record["near_misses"]} == {"opset-too-low"}
     assert all("--max-opset 22" in miss["detail"] for miss in record["near_misses"])
     assert onnx.load(out).opset_import[0].version == 17
+    assert all("--target ort fuses it" in miss["detail"] for miss in record["near_misses"])
     below = run_cli(capfd, *args, "--max-opset", "16")
     assert below.returncode == 2
     assert "--max-opset 16 is below the model's own opset 17" in below.stderr
+    above = run_cli(capfd, *args, "--max-opset", "99")
+    assert above.returncode == 2
+    assert "--max-opset 99 is above the newest opset" in above.stderr
 
 
 def test_a_reader_gone_after_the_commit_does_not_fail_a_written_model() -> None:

@@ -769,7 +769,7 @@ def _opset_too_low(kind: str, context: Context) -> str:
     why = context.policy.opset_blockers.get(opset, "another operator's meaning would change")
     return (
         f"{op} needs opset {opset} and the model's opset cannot be raised to it: {why} "
-        "(--target onnx)"
+        "(--target onnx; --target ort fuses it without the raise)"
     )
 
 

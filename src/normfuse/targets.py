@@ -143,7 +143,11 @@ def ceiling_blockers(max_opset: int | None) -> dict[int, str]:
 
 
 def check_max_opset(model: onnx.ModelProto, max_opset: int | None) -> None:
-    """Refuse a ceiling below the model's own opset (the output keeps at least that)."""
+    """Refuse a ceiling below the model's own opset (the output keeps at least that) or above
+    the newest opset this onnx knows (a typo, such as 99, would cap nothing)."""
+    newest = onnx.defs.onnx_opset_version()
+    if max_opset is not None and max_opset > newest:
+        raise NormfuseError(f"--max-opset {max_opset} is above the newest opset, {newest}")
     if max_opset is not None and default_opset(model) > max_opset:
         raise NormfuseError(
             f"--max-opset {max_opset} is below the model's own opset {default_opset(model)}: "
