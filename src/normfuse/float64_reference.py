@@ -18,7 +18,7 @@ import onnx
 
 from normfuse import sessions
 from normfuse.errors import runtime_message
-from normfuse.model_io import external_tensors
+from normfuse.model_io import external_length, external_tensors
 from normfuse.subgraph import as_float64, with_weights_loaded
 
 REFERENCE_BYTES = 16 * 2**20
@@ -38,7 +38,7 @@ def float64_runner(
     `EXTERNAL_BYTES`."""
     external = list(external_tensors(model))
     if external:
-        size = sum(_nbytes(tensor) for tensor in external)
+        size = sum(map(external_length, external))
         if base_dir is None or size > EXTERNAL_BYTES:
             why = "its folder is unknown" if base_dir is None else f"{size} bytes is over the limit"
             return None, f"weights are in external data ({why})"
@@ -128,16 +128,6 @@ def _exact_kernels() -> tuple[type, ...]:
 def _erf(values: np.ndarray) -> np.ndarray:
     """erf in the values' own precision (onnx's reference Erf computes it in float32)."""
     return np.vectorize(math.erf, otypes=[np.float64])(values).astype(values.dtype)
-
-
-def _nbytes(tensor: onnx.TensorProto) -> int:
-    for entry in tensor.external_data:
-        if entry.key == "length":
-            return int(entry.value)
-    count = 1
-    for dim in tensor.dims:
-        count *= dim
-    return count * 8
 
 
 def _quietly(run: Callable, feeds: dict[str, np.ndarray]) -> list:

@@ -35,6 +35,7 @@ from normfuse.errors import NormfuseError, first_line
 from normfuse.float16_moves import MOVERS
 from normfuse.float16_partition import Float16Reads, has_float16, read_float16
 from normfuse.float64_reference import Runner, float64_runner
+from normfuse.model_io import external_length
 from normfuse.profiles import OFFSETS, profiled_feeds
 from normfuse.records import Site
 from normfuse.skeleton import skeleton
@@ -452,16 +453,7 @@ def runnable(model: onnx.ModelProto, base_dir: Path | None = None) -> bool:
     external = [t for t in model.graph.initializer if uses_external_data(t)]
     if external and base_dir is None:
         return False
-    return model.ByteSize() + sum(map(_external_bytes, external)) <= MAX_RUN_BYTES
-
-
-def _external_bytes(tensor: onnx.TensorProto) -> int:
-    """The stored length of an external tensor (its declared `length`, else its size in
-    float64, an upper bound)."""
-    for entry in tensor.external_data:
-        if entry.key == "length" and entry.value.isdigit():
-            return int(entry.value)
-    return 8 * int(np.prod(tensor.dims))
+    return model.ByteSize() + sum(map(external_length, external)) <= MAX_RUN_BYTES
 
 
 def _changed(before, after) -> str | None:

@@ -204,6 +204,13 @@ def check_external_location(tensor: onnx.TensorProto, base_dir: Path) -> Path:
     return file
 
 
+def external_length(tensor: onnx.TensorProto) -> int:
+    """The bytes an external tensor occupies in its file: its declared `length`, else its
+    dense size (0 where its type has no fixed size)."""
+    entry = external_entry(tensor)
+    return entry.length if entry.length else _nbytes(tensor) or 0
+
+
 def _nbytes(tensor: onnx.TensorProto) -> int | None:
     """Bytes a dense tensor of this type and shape occupies, or None when not fixed-size."""
     try:
@@ -319,14 +326,13 @@ def _write_external_data(
         source = sources.pop()
         if _clone(source, out):
             for tensor in tensors:
-                entry = external_entry(tensor)
-                length = entry.length if entry.length else _nbytes(tensor) or 0
-                _set_external_data(tensor, data_name, entry.offset, length)
+                offset = external_entry(tensor).offset
+                _set_external_data(tensor, data_name, offset, external_length(tensor))
             return f"a copy-on-write clone of {source.name}, no byte copied"
     for tensor in tensors:
         source = check_external_location(tensor, base_dir)
         entry = external_entry(tensor)
-        length = entry.length if entry.length else _nbytes(tensor) or 0
+        length = external_length(tensor)
         out.seek((out.tell() + _ALIGN - 1) // _ALIGN * _ALIGN)
         offset = out.tell()
         _copy_range(source, entry.offset, length, out)
