@@ -25,6 +25,7 @@ from pathlib import Path
 import onnx
 
 from normfuse.float16_moves import MOVERS
+from normfuse.scopes import all_graphs
 from normfuse.skeleton import skeleton
 
 PREFIX = "InsertedPrecisionFreeCast_"
@@ -107,11 +108,11 @@ def _reads(model: onnx.ModelProto, partitioned: onnx.ModelProto) -> Float16Reads
     elem_types = _elem_types(partitioned)
     model_inputs = {
         node.output[0]: list(node.input)
-        for graph in _graphs(model.graph)
+        for graph in all_graphs(model.graph)
         for node in graph.node
         if node.output
     }
-    graphs = _graphs(partitioned.graph)
+    graphs = list(all_graphs(partitioned.graph))
     producers = {out: node for graph in graphs for node in graph.node for out in node.output}
     rounded: dict[Read, bool] = {}
     ops: dict[str, str] = {}
@@ -141,17 +142,8 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
         info.name: info.type.tensor_type.elem_type
         for info in [*inferred.input, *inferred.output, *inferred.value_info]
     }
-    for graph in _graphs(model.graph):
+    for graph in all_graphs(model.graph):
         found.update({tensor.name: tensor.data_type for tensor in graph.initializer})
-    return found
-
-
-def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    found = [graph]
-    for node in graph.node:
-        for attribute in node.attribute:
-            for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                found += _graphs(body)
     return found
 
 
