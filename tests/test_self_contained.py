@@ -177,3 +177,25 @@ def test_validation_fails_a_repair_the_guard_did_not_see_when_repairs_are_refuse
     refused = normfuse.optimize(source, validation=ValidationOptions(), refuse_repairs=True)
     assert not refused.report.validation.passed
     assert "repairs are refused (--refuse-repairs)" in refused.report.validation.table()
+
+
+def test_an_existing_data_file_the_output_does_not_own_is_never_replaced(
+    tmp_path: Path, capfd
+) -> None:
+    """adversary 14: another model in the folder kept its weights in `out.onnx.data`; writing
+    `-o out.onnx` replaced that file and the other model gave wrong answers (7.5 apart). Now
+    refused (exit 2, nothing written); a previous output of the same path is replaced."""
+    source = _export(tmp_path / "ext")
+    out = source.parent / "out.onnx"
+    other = source.parent / "out.onnx.data"
+    other.write_bytes(b"another model's weights")
+    run = run_cli(capfd, "optimize", str(source), "-o", str(out))
+    assert run.returncode == 2
+    assert "out.onnx.data already exists and is not out.onnx's own weights" in run.stderr
+    assert other.read_bytes() == b"another model's weights" and not out.exists()
+    other.unlink()
+    assert run_cli(capfd, "optimize", str(source), "-o", str(out)).returncode == 0
+    assert run_cli(capfd, "optimize", str(source), "-o", str(out)).returncode == 0  # again
+    feeds = _feeds(source)
+    for before, after in zip(_outputs(source, feeds), _outputs(out, feeds), strict=True):
+        np.testing.assert_allclose(after, before, atol=1e-4, rtol=1e-4)

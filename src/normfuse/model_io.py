@@ -254,9 +254,31 @@ def plan_save(
     there); returns the destination to pass to `stage_save`."""
     destination = plan.add_in_place(path, label) if in_place else plan.add(path, label)
     assert destination is not None
-    if _data_destination(model, destination, reference or in_place) is not None:
-        plan.add(destination.with_name(destination.name + ".data"), f"{label} data")
+    data = _data_destination(model, destination, reference or in_place)
+    if data is not None:
+        plan.add(data, f"{label} data")  # its own checks first: the input's files, kinds
+        _check_data_is_ours(destination, data, label)
     return destination
+
+
+def _check_data_is_ours(destination: Path, data: Path, label: str) -> None:
+    """Refuse to replace an existing `<OUT>.data` that `OUT` does not read itself (another
+    model's weights, or an unrelated file): replacing it would silently change whatever reads
+    it. A previous output of the same path (OUT reading OUT.data) is replaced with it."""
+    if not os.path.lexists(data):
+        return
+    try:
+        previous = onnx.load(str(destination), load_external_data=False)
+        ours = any(
+            external_entry(tensor).location == data.name for tensor in external_tensors(previous)
+        )
+    except Exception:  # no model at OUT, or not one that reads OUT.data
+        ours = False
+    if not ours:
+        raise NormfuseError(
+            f"{label} {destination}: {data.name} already exists and is not {destination.name}'s "
+            "own weights (another model may read it); remove it or choose another output"
+        )
 
 
 def stage_save(
