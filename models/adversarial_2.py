@@ -6,7 +6,7 @@ float16.
 
 Registered into `models.adversarial.CASES` by `register()` (called at the end of that module), so
 `tests/test_adversarial.py` runs every case here in its four configurations. Cases that normfuse
-gets wrong carry a finding id (`ADV2-NN`, described in `docs/adversary2-findings.md`) in
+gets wrong carry a finding id (`ADV2-NN`, described in `docs/limitations.md`) in
 `FINDINGS`; the test marks them xfail(strict=True) in exactly the configurations they fail.
 """
 
@@ -25,7 +25,7 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, model, vi
 # test xfailed. "near-miss" is test_lookalike_reports_a_near_miss (marked xfail(strict=True)).
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Empty: ADV2-01..05 were fixed on main in af8bc56 and ADV2-06/07 in 97068ad; their cases
-    # pass and guard the fixes (docs/adversary2-findings.md). A new finding is listed here as
+    # pass and guard the fixes (`docs/limitations.md`). A new finding is listed here as
     # name: (finding id, the configurations it fails in).
 }
 

@@ -6,7 +6,7 @@ rank, dtype, broadcasting, symbolic dims) and group norms with casts or shared s
 
 Registered into `models.adversarial.CASES` by `register()` (called at the end of that module), so
 `tests/test_adversarial.py` runs every case here in its four configurations. Cases that normfuse
-gets wrong carry a finding id (`ADV3-NN`, described in `docs/adversary3-findings.md`) in
+gets wrong carry a finding id (`ADV3-NN`, described in `docs/limitations.md`) in
 `FINDINGS`; the test marks them xfail(strict=True) in exactly the configurations they fail.
 
 Every disagreeing pooling/ConvTranspose configuration below was found by a sweep on onnx 1.23.2
@@ -29,7 +29,7 @@ from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, mod
 # each (case, configuration) pair to fail, as a strict xfail would, and then reports the case's
 # test xfailed. "near-miss" is test_lookalike_reports_a_near_miss (marked xfail(strict=True)).
 # What still fails after merging main's fixes for issue 21 (22:55 UTC; before the merge 200
-# cases failed somewhere: docs/adversary3-findings.md).
+# cases failed somewhere: `docs/limitations.md`).
 FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 C_SHAPES, C_FUNCTIONS, C_FOLDER, C_RESIDUAL, C_GROUP = (

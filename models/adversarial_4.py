@@ -7,7 +7,7 @@ Unlike the first two corpora these cases need checks the shared harness does not
 file not grown, the float64 distance ratio of float16 norms), so they run in their own test,
 `tests/test_adversarial_4.py`. Each case declares its expected outcome with the corpus's
 `Expect` (`FUSE`/`KEEP`/`EITHER`) and the configurations it runs in. Cases normfuse gets wrong
-carry a finding id (`ADV4-NN`, described in `docs/adversary4-findings.md`) in `FINDINGS`; the
+carry a finding id (`ADV4-NN`, described in `docs/limitations.md`) in `FINDINGS`; the
 test marks them xfail(strict=True) in exactly the configurations they fail.
 """
 

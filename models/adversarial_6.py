@@ -9,7 +9,7 @@ fourth corpus's test, on the case's extra feeds too: rows of 1e3 + N(0, 0.01) an
 groups). Expected outcomes use the corpus's `Expect`; `FUSE_OR(kind, *reasons)` means fusing
 `kind` is right, and so is leaving it with one of `reasons` (a rewrite that is exact either way,
 e.g. an RMS norm whose per-head weight stays a Mul). Cases normfuse gets wrong carry a finding
-id (`ADV6-NN`, described in `docs/adversary6-findings.md`) in `FINDINGS`; the test marks them
+id (`ADV6-NN`, described in `docs/limitations.md`) in `FINDINGS`; the test marks them
 xfail(strict=True) in exactly the configurations they fail.
 """
 
@@ -59,7 +59,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # ADV6-08 (a hand-written group norm in float16 throughout, 1.3x further from float64) was
     # fixed on main the same way for 32-element groups; 512-element groups stay further.
     "a6_gn_decomposed_float16_pure_wide": ("ADV6-08", BOTH),
-    # Adversary 7 (feature 7: float16 norms next to value moves; docs/adversary6-findings.md).
+    # Adversary 7 (feature 7: float16 norms next to value moves; `docs/limitations.md`).
     # ADV7-01 (Reshape -> layer norm over the last axis -> Reshape back was refused
     # `group-norm`) is fixed: a Reshape that keeps the last axis normalised alone is no grouping.
     # missed: a float16 norm reading the first one's fused output through a Reshape is

@@ -10,7 +10,7 @@ GroupNormalization nodes in model-local functions. Cases use `models.adversarial
 run in `tests/test_adversarial_8.py` through the sixth corpus's checks. `EITHER`: any outcome
 is right as long as the numerics hold (a look-alike that may be fused exactly in some other
 form, or left). Cases normfuse gets wrong carry a finding id (`ADV8-NN`, described in
-`docs/adversary8-findings.md`) in `FINDINGS`.
+`docs/limitations.md`) in `FINDINGS`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ FINDINGS: dict[str, tuple[str, tuple[str, ...]]] = {
     # fused to ONNX Runtime's LayerNormalization, which on rows at 1e3 + N(0, 0.01) is further
     # from float64 than the decomposed two-pass original (not specific to DepthToSpace or the
     # Reshapes: the plain control fails the same way). Accepted by the lead, not fixed (see
-    # docs/adversary8-findings.md: the same kernel runs at ORT's default level either way).
+    # `docs/limitations.md`: the same kernel runs at ORT's default level either way).
     "a8_d2s_ln_dcr": ("ADV8-01", BOTH),
     "a8_d2s_ln_crd": ("ADV8-01", BOTH),
     "a8_s2d_then_d2s": ("ADV8-01", BOTH),

@@ -51,8 +51,7 @@ def _finding(name: str, config: str) -> str | None:
     finding, configs = FINDINGS.get(name, ("", ()))
     if config not in configs:
         return None
-    doc = "adversary3" if finding.startswith("ADV3") else "adversary2"
-    return f"{finding} (docs/{doc}-findings.md)"
+    return f"{finding} (docs/limitations.md)"
 
 
 @functools.cache

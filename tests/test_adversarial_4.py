@@ -279,7 +279,7 @@ def check(case: Case4, config: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/adversary4-findings.md")
+    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/limitations.md")
 )
 def test_adversarial_4_case(name: str, config: str) -> None:
     problems = check(BY_NAME[name], config)

@@ -170,7 +170,7 @@ def check(c: Case6, config: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/adversary6-findings.md")
+    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/limitations.md")
 )
 def test_adversarial_6_case(name: str, config: str) -> None:
     problems = check(BY_NAME[name], config)

@@ -67,7 +67,7 @@ def check(c: Case6, config: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/adversary8-findings.md")
+    ("name", "config"), case_config_params(CASES, FINDINGS, "docs/limitations.md")
 )
 def test_adversarial_8_case(name: str, config: str) -> None:
     problems = check(BY_NAME[name], config)

@@ -1,5 +1,5 @@
 """Command-line runs of cases from the second adversarial corpus (models/adversarial_2.py) whose
-failure showed only through the CLI (ADV2-07 in docs/adversary2-findings.md, fixed in 97068ad)."""
+failure showed only through the CLI (ADV2-07, fixed in 97068ad)."""
 
 from __future__ import annotations
 
