@@ -12,7 +12,6 @@ values on which both agree are folded.
 from __future__ import annotations
 
 from collections.abc import Callable
-from fractions import Fraction
 from functools import lru_cache
 
 import ml_dtypes
@@ -20,11 +19,19 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
-MAX_COMPUTED = 1 << 20  # elements a fold may allocate before its result is size-checked
-Inputs = list[np.ndarray | None]  # None: an omitted optional input
+from normfuse.fold_reductions import reduction
+from normfuse.fold_support import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    Inputs,
+    axes_of,
+    fits,
+    int_attr,
+    ints_attr,
+    normal_axis,
+)
 
-FLOAT_DTYPES = (np.float16, np.float32, np.float64)
-INT_DTYPES = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+MAX_COMPUTED = 1 << 20  # elements a fold may allocate before its result is size-checked
 FLOAT8_TYPES = {
     onnx.TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
     onnx.TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
@@ -99,46 +106,6 @@ def fold(
     return result
 
 
-def _int_attr(attrs: dict, name: str) -> int:
-    value = attrs[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(name)
-    return value
-
-
-def _ints_attr(attrs: dict, name: str) -> list[int] | None:
-    if name not in attrs:
-        return None
-    value = attrs[name]
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise TypeError(name)
-    return list(value)
-
-
-def _ints_input(value: np.ndarray | None) -> list[int] | None:
-    if value is None:
-        return None
-    if value.ndim != 1 or value.dtype != np.int64:
-        raise TypeError("axes")
-    return [int(v) for v in value]
-
-
-def _axis(axis: int, rank: int, negative: bool) -> int:
-    """`axis` in [0, rank); negative ones only where the version allows them."""
-    if axis < 0 and not negative:
-        raise ValueError(axis)
-    if not -rank <= axis < rank:
-        raise ValueError(axis)
-    return axis % rank
-
-
-def _fits(values: np.ndarray, dtype: np.dtype) -> bool:
-    info = np.iinfo(dtype)
-    return all(info.min <= int(v) <= info.max for v in np.asarray(values).flat)
-
-
 # --- elementwise arithmetic -------------------------------------------------------------------
 
 _ARITHMETIC = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}
@@ -169,7 +136,7 @@ def _arithmetic(op: str) -> Callable[[int, dict, Inputs], np.ndarray | None]:
             result = np.array(quotients, dtype=object).reshape(shape)
         else:
             result = np.asarray(_ARITHMETIC[op](a, b), dtype=object)  # 0-d gives a scalar
-        return result.astype(left.dtype) if _fits(result, left.dtype) else None
+        return result.astype(left.dtype) if fits(result, left.dtype) else None
 
     return implementation
 
@@ -208,7 +175,7 @@ def _mod(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     left, right = inputs
     if right is None or left.dtype != right.dtype:
         return None
-    fmod = _int_attr(attrs, "fmod")
+    fmod = int_attr(attrs, "fmod")
     if fmod not in (0, 1) or np.any(right == 0):
         return None
     if left.dtype.type in FLOAT_DTYPES:
@@ -255,9 +222,9 @@ def _cast(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     the result undefined: declined), and to or from float8 (`saturate`). A float64 value is
     narrowed only where rounding it directly and through float32 (as ONNX Runtime does) agree."""
     (value,) = inputs
-    to = _int_attr(attrs, "to")
+    to = int_attr(attrs, "to")
     if to in FLOAT8_TYPES or value.dtype in FLOAT8_DTYPES:
-        return _cast_float8(value, to, _int_attr(attrs, "saturate")) if version >= 19 else None
+        return _cast_float8(value, to, int_attr(attrs, "saturate")) if version >= 19 else None
     target = _NUMERIC_TYPES.get(to)
     if target is None or value.dtype.type not in FLOAT_DTYPES + INT_DTYPES:
         return None
@@ -267,7 +234,7 @@ def _cast(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
         if not np.all(np.isfinite(value)):
             return None
         truncated = np.trunc(value.astype(np.float64))
-        return np.asarray(truncated, dtype=target) if _fits(truncated, target) else None
+        return np.asarray(truncated, dtype=target) if fits(truncated, target) else None
     if np.issubdtype(value.dtype, np.integer):
         with np.errstate(all="ignore"):
             cast = value.astype(target)
@@ -339,7 +306,7 @@ def _gather(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     data, indices = inputs
     if indices is None or indices.dtype not in (np.int32, np.int64) or data.ndim == 0:
         return None
-    axis = _axis(_int_attr(attrs, "axis"), data.ndim, negative=True)
+    axis = normal_axis(int_attr(attrs, "axis"), data.ndim, negative=True)
     size = data.shape[axis]
     if np.any(indices >= size) or np.any(indices < (-size if version >= 11 else 0)):
         return None
@@ -354,28 +321,18 @@ def _concat(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
         return None
     if inputs[0].ndim == 0:
         return None
-    axis = _axis(_int_attr(attrs, "axis"), inputs[0].ndim, negative=version >= 11)
+    axis = normal_axis(int_attr(attrs, "axis"), inputs[0].ndim, negative=version >= 11)
     return np.concatenate(inputs, axis=axis)
-
-
-def _axes(version: int, attrs: dict, inputs: Inputs, since_input: int) -> list[int] | None:
-    """Axes from the attribute (before `since_input`) or the second input (from it); None when
-    not given. An axes input where the version has the attribute is invalid (ValueError)."""
-    if version >= since_input:
-        return _ints_input(inputs[1] if len(inputs) > 1 else None)
-    if len(inputs) > 1:
-        raise ValueError("axes is an attribute at this version")
-    return _ints_attr(attrs, "axes")
 
 
 def _unsqueeze(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     """Insert size-1 dims at `axes` (of the output); negative axes from opset 11."""
     data = inputs[0]
-    axes = _axes(version, attrs, inputs, since_input=13)
+    axes = axes_of(version, attrs, inputs, since_input=13)
     if not axes:
         return None
     rank = data.ndim + len(axes)
-    normalised = sorted(_axis(a, rank, negative=version >= 11) for a in axes)
+    normalised = sorted(normal_axis(a, rank, negative=version >= 11) for a in axes)
     if len(set(normalised)) != len(normalised):
         return None
     return np.expand_dims(data, tuple(normalised))
@@ -385,12 +342,12 @@ def _squeeze(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     """Remove the size-1 dims at `axes` (every size-1 dim without axes); an axis of another size
     is an error, and an empty axes input (read differently by runtimes) is declined."""
     data = inputs[0]
-    axes = _axes(version, attrs, inputs, since_input=13)
+    axes = axes_of(version, attrs, inputs, since_input=13)
     if axes is None:
         return data.reshape([dim for dim in data.shape if dim != 1])
     if not axes:
         return None
-    normalised = {_axis(a, data.ndim, negative=version >= 11) for a in axes}
+    normalised = {normal_axis(a, data.ndim, negative=version >= 11) for a in axes}
     if len(normalised) != len(axes) or any(data.shape[a] != 1 for a in normalised):
         return None
     return np.squeeze(data, axis=tuple(normalised))
@@ -415,7 +372,7 @@ def _range(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
 def _flatten(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     """To 2-D at `axis` in [0, rank] (negative from opset 11)."""
     data = inputs[0]
-    axis = _int_attr(attrs, "axis")
+    axis = int_attr(attrs, "axis")
     if axis < 0 and version >= 11:
         axis += data.ndim
     if not 0 <= axis <= data.ndim:
@@ -431,7 +388,7 @@ def _reshape(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     if target is None or target.ndim != 1 or target.dtype != np.int64:
         return None
     shape = [int(dim) for dim in target]
-    allowzero = version >= 14 and _int_attr(attrs, "allowzero") == 1
+    allowzero = version >= 14 and int_attr(attrs, "allowzero") == 1
     if allowzero and 0 in shape and -1 in shape:
         return None
     if not allowzero:
@@ -457,7 +414,7 @@ def _slice(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     if version < 10:
         if len(inputs) > 1:
             return None
-        given = [_ints_attr(attrs, name) for name in ("starts", "ends", "axes")] + [None]
+        given = [ints_attr(attrs, name) for name in ("starts", "ends", "axes")] + [None]
     else:
         indices = [_index_input(v) for v in [*inputs[1:], None, None, None, None][:4]]
         if len({v.dtype for v in indices if v is not None}) > 1:
@@ -470,7 +427,7 @@ def _slice(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     steps = [1] * len(starts) if steps is None else steps
     if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps:
         return None
-    normalised = [_axis(axis, data.ndim, negative=version >= 11) for axis in axes]
+    normalised = [normal_axis(axis, data.ndim, negative=version >= 11) for axis in axes]
     if len(set(normalised)) != len(normalised):
         return None
     index = [slice(None)] * data.ndim
@@ -488,150 +445,6 @@ def _clamped(start: int, end: int, step: int, dim: int) -> slice:
         return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
     start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
     return slice(start, None if end < 0 else end, step)
-
-
-# --- reductions ------------------------------------------------------------------------------
-
-# The significand bits of each float type: integers of up to this many bits are exact.
-_PRECISION = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 53}
-# Reduce* versions from which `axes` is an input (and `noop_with_empty_axes` exists).
-_AXES_INPUT = {"ReduceSum": 13}
-
-
-def _reduction(op: str) -> Callable[[int, dict, Inputs], np.ndarray | None]:
-    def implementation(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
-        """`op` over `axes` (attribute before the version taking them as an input), all axes
-        when none are given (an empty axes input included) unless `noop_with_empty_axes`
-        makes it the identity (for ReduceSumSquare: the squares); `keepdims`. Only results
-        that are exact in every order of evaluation are folded (see `_reduce`)."""
-        data = inputs[0]
-        if data.size == 0 or data.dtype.type not in FLOAT_DTYPES + INT_DTYPES:
-            return None  # a reduction over an empty set is undefined
-        axes = _axes(version, attrs, inputs, since_input=_AXES_INPUT.get(op, 18))
-        if not axes:
-            axes = [] if attrs.get("noop_with_empty_axes") else list(range(data.ndim))
-        normalised = {_axis(a, data.ndim, negative=version >= 11) for a in axes}
-        if len(normalised) != len(axes):
-            return None
-        if not normalised:  # the identity: each element its own row
-            rows, shape = data.reshape(-1, 1), list(data.shape)
-        else:
-            moved = np.moveaxis(data, sorted(normalised), range(-len(normalised), 0))
-            rows = moved.reshape(-1, int(np.prod(moved.shape[data.ndim - len(normalised) :])))
-            keepdims = _int_attr(attrs, "keepdims")
-            shape = [
-                1 if i in normalised else dim
-                for i, dim in enumerate(data.shape)
-                if keepdims or i not in normalised
-            ]
-        results = [_reduce(op, row) for row in rows]
-        if any(result is None for result in results):
-            return None
-        return np.array(results, dtype=data.dtype).reshape(shape)
-
-    return implementation
-
-
-def _reduce(op: str, row: np.ndarray):
-    """One reduced value of `row`, exactly, or None. Integers: exact, declined on overflow (and
-    a mean that does not divide). Floats: max and min of rows without NaN or -0 (where
-    runtimes differ); sums, squares and products only where every partial result of any order
-    is exactly representable (so any order gives the exact value); a mean only where the exact
-    mean is representable and equals the sum times the rounded 1/n."""
-    if op in ("ReduceMax", "ReduceMin"):
-        if row.dtype.type in FLOAT_DTYPES and (
-            np.any(np.isnan(row)) or np.any(np.signbit(row) & (row == 0))
-        ):
-            return None
-        return row.max() if op == "ReduceMax" else row.min()
-    if row.dtype.type in INT_DTYPES:
-        return _reduce_integers(op, [int(v) for v in row], row.dtype)
-    if not np.all(np.isfinite(row)):
-        return None
-    if op == "ReduceProd":
-        return _exact_product(row)
-    if op == "ReduceSumSquare":
-        squares = np.square(row)
-        if any(
-            Fraction(float(s)) != Fraction(float(v)) ** 2 for s, v in zip(squares, row, strict=True)
-        ):
-            return None
-        row = squares
-    elif np.any(np.signbit(row) & (row == 0)):
-        return None  # an all -0 sum is +0 from the reference, -0 from ONNX Runtime
-    total = _exact_sum(row)
-    if total is None or op != "ReduceMean":
-        return total
-    mean = Fraction(float(total)) / row.size
-    rounded = row.dtype.type(float(mean))
-    with np.errstate(all="ignore"):
-        stepped = total * row.dtype.type(1.0 / row.size)
-    return rounded if Fraction(float(rounded)) == mean and stepped == rounded else None
-
-
-def _reduce_integers(op: str, values: list[int], dtype: np.dtype):
-    if op == "ReduceProd":
-        result = 1
-        for value in values:
-            result *= value
-    elif op == "ReduceSumSquare":
-        result = sum(value * value for value in values)
-    else:
-        result = sum(values)
-        if op == "ReduceMean":
-            if result % len(values):
-                return None
-            result //= len(values)
-    return dtype.type(result) if _fits([result], dtype) else None
-
-
-def _dyadic(value: float) -> tuple[int, int]:
-    """(m, e) with value = m·2^e and m odd (0: (0, 0))."""
-    numerator, denominator = float(value).as_integer_ratio()
-    exponent = -(denominator.bit_length() - 1)
-    while numerator and numerator % 2 == 0:
-        numerator, exponent = numerator // 2, exponent + 1
-    return numerator, exponent
-
-
-def _exact_sum(row: np.ndarray):
-    """The sum of finite `row` where every partial sum of any subset is exact: all values are
-    multiples of the smallest one's last bit, with the magnitudes summing to at most 2^p of
-    those units (p the type's precision) and to a finite value."""
-    parts = [_dyadic(v) for v in row if v != 0]
-    if not parts:
-        return row.dtype.type(0.0)
-    unit = min(exponent for _, exponent in parts)
-    units = sum(abs(m) << (exponent - unit) for m, exponent in parts)
-    if units > 1 << _PRECISION[row.dtype] or Fraction(units) * Fraction(2) ** unit > Fraction(
-        float(np.finfo(row.dtype).max)
-    ):
-        return None
-    return row.dtype.type(float(sum(Fraction(float(v)) for v in row)))
-
-
-def _exact_product(row: np.ndarray):
-    """The product of finite `row` where every partial product of any subset is exact: the odd
-    significands multiply to at most 2^p, the smallest subset's exponent reaches no lower than
-    the smallest subnormal and the largest subset stays finite. A zero gives a signed zero."""
-    finfo = np.finfo(row.dtype)
-    parts = [_dyadic(v) for v in row if v != 0]
-    significand = 1
-    for m, _ in parts:
-        significand *= abs(m)
-    lowest = sum(min(exponent, 0) for _, exponent in parts)
-    highest = sum(max(exponent, 0) for _, exponent in parts)
-    smallest = Fraction(float(finfo.smallest_subnormal))
-    if significand > 1 << _PRECISION[row.dtype] or Fraction(2) ** lowest < smallest:
-        return None
-    if significand * Fraction(2) ** highest > Fraction(float(finfo.max)):
-        return None
-    exact = Fraction(1)
-    for value in row:
-        exact *= Fraction(float(value))
-    negative = bool(np.sum(np.signbit(row)) % 2)
-    magnitude = row.dtype.type(float(abs(exact)))
-    return -magnitude if negative else magnitude
 
 
 def _where(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
@@ -688,7 +501,7 @@ def _constant_of_shape(version: int, attrs: dict, inputs: Inputs) -> np.ndarray 
 def _transpose(version: int, attrs: dict, inputs: Inputs) -> np.ndarray | None:
     """The dims permuted by `perm` (reversed when absent), which must permute all of them."""
     (data,) = inputs
-    perm = _ints_attr(attrs, "perm")
+    perm = ints_attr(attrs, "perm")
     perm = list(range(data.ndim))[::-1] if perm is None else perm
     if sorted(perm) != list(range(data.ndim)):
         return None
@@ -706,12 +519,12 @@ _TABLE: dict[str, tuple[frozenset[int], Callable[[int, dict, Inputs], np.ndarray
     "Range": (frozenset({11, 27}), _range),
     "Flatten": (frozenset({1, 9, 11, 13, 21, 23, 24, 25}), _flatten),
     "Reshape": (frozenset({5, 13, 14, 19, 21, 23, 24, 25}), _reshape),
-    "ReduceProd": (frozenset({1, 11, 13, 18}), _reduction("ReduceProd")),
-    "ReduceSum": (frozenset({1, 11, 13}), _reduction("ReduceSum")),
-    "ReduceMean": (frozenset({1, 11, 13, 18}), _reduction("ReduceMean")),
-    "ReduceSumSquare": (frozenset({1, 11, 13, 18}), _reduction("ReduceSumSquare")),
-    "ReduceMax": (frozenset({1, 11, 12, 13, 18, 20}), _reduction("ReduceMax")),
-    "ReduceMin": (frozenset({1, 11, 12, 13, 18, 20}), _reduction("ReduceMin")),
+    "ReduceProd": (frozenset({1, 11, 13, 18}), reduction("ReduceProd")),
+    "ReduceSum": (frozenset({1, 11, 13}), reduction("ReduceSum")),
+    "ReduceMean": (frozenset({1, 11, 13, 18}), reduction("ReduceMean")),
+    "ReduceSumSquare": (frozenset({1, 11, 13, 18}), reduction("ReduceSumSquare")),
+    "ReduceMax": (frozenset({1, 11, 12, 13, 18, 20}), reduction("ReduceMax")),
+    "ReduceMin": (frozenset({1, 11, 12, 13, 18, 20}), reduction("ReduceMin")),
     "Neg": (frozenset({6, 13}), _neg),
     "Abs": (frozenset({6, 13}), _abs),
     "Mod": (frozenset({10, 13}), _mod),
