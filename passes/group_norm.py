@@ -37,6 +37,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import DOWNCAST_STATISTICS, STATISTICS
 
+from normfuse import fused_sites
 from normfuse import norm_checks as checks
 from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
 from normfuse.context import Context
@@ -190,7 +191,7 @@ def _group_site(match: Match, context: Context, grouping: tuple[gs.Tensor, gs.No
     _check_statistics(match, context, 2 + len(tail), axes, inner, kept)
     eps = checks.epsilon(match, context)
     scale = _unit_scale(match, tail, io)
-    return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale, None))
+    return fused_sites.fused_site(KIND, match, context, io, axes[0], eps, (scale, None))
 
 
 def _unit_scale(match: Match, shape, io) -> np.ndarray:
@@ -336,7 +337,7 @@ def _instance_norm_site(match: Match, context: Context) -> Site | None:
     _check_channel_affine(match.root, context, channels, rank)
     eps = checks.epsilon(match, context)
     scale = _unit_scale(match, spatial, io)
-    return checks.fused_site(KIND, match, context, io, 2 - rank, eps, (scale, None))
+    return fused_sites.fused_site(KIND, match, context, io, 2 - rank, eps, (scale, None))
 
 
 def _grouped_layout(

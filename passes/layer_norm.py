@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from normfuse import fused_sites
 from normfuse import norm_checks as checks
 from normfuse.constants import reduce_axes
 from normfuse.context import Context
@@ -188,7 +189,7 @@ class LayerNormPass:
     name = "layer-norm"
     kind = KIND
     patterns = PATTERNS
-    # Statistics that may also be used outside: checked by `norm_checks.statistics_outputs`.
+    # Statistics that may also be used outside: checked by `norm_fused_sites.statistics_outputs`.
     shared_names = ("upcast", "mean", "inv_std", "std")
     # Shared bindings that may not be graph outputs themselves (the fused node provides only
     # what a Reciprocal of the std computes, never the std): checked by the driver.
@@ -246,8 +247,8 @@ def _check(match: Match, context: Context) -> Site:
     scale = np.ones(dims, io.dtype) if scale is None else scale
     if "negated_numerator" in match:  # (mean - x) / std * scale == (x - mean) / std * -scale
         scale = -scale
-    extra = checks.statistics_outputs(match, context, io, None, shape, axes)
-    return checks.fused_site(
+    extra = fused_sites.statistics_outputs(match, context, io, None, shape, axes)
+    return fused_sites.fused_site(
         KIND, match, context, io, axes[0], eps, (scale, bias), extra_outputs=extra, scale_after=kept
     )
 
@@ -267,10 +268,10 @@ def _channel_first_site(match: Match, context: Context, io: checks.FusedIO, shap
     if "negated_numerator" in match:
         scale = -scale
     bias = bias
-    checks.statistics_outputs(match, context, io, "channel-first", shape, None)
+    fused_sites.statistics_outputs(match, context, io, "channel-first", shape, None)
     to_last = (0, *range(2, rank), 1)
     back = (0, rank - 1, *range(1, rank - 1))
-    return checks.fused_site(KIND, match, context, io, -1, eps, (scale, bias), (to_last, back))
+    return fused_sites.fused_site(KIND, match, context, io, -1, eps, (scale, bias), (to_last, back))
 
 
 def _reject_group_norm(match: Match, context: Context) -> None:

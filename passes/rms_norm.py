@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from normfuse import fused_sites
 from normfuse import norm_checks as checks
 from normfuse.context import Context
 from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
@@ -200,4 +201,4 @@ def _check(match: Match, context: Context) -> Site:
         eps = eps / count  # in double, fused_site requires e / d to be exactly a float32
     scale = checks.affine(match, "scale", context, dims, rank)
     scale = np.ones(dims, io.dtype) if scale is None else scale
-    return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale,))
+    return fused_sites.fused_site(KIND, match, context, io, axes[0], eps, (scale,))

@@ -1,6 +1,6 @@
 """A float16 norm computed in float16 throughout, whose input is moved (Reshape, Transpose, ...)
 from an op ONNX Runtime's CPU provider runs in float32: the fused node's input Cast is taken
-above the moves (`norm_checks.float16_input_moves`), so the value is never rounded to float16
+above the moves (`fused_sites.float16_input_moves`), so the value is never rounded to float16
 where the original's is not (adversary 6, ADV6-07: Mamba2's gated norm overflowed to inf)."""
 
 from __future__ import annotations

@@ -257,7 +257,8 @@ def test_float16_kernel_choice_per_provider(provider, scale, widened: bool) -> N
 
     import onnx_graphsurgeon as gs
 
-    from normfuse.norm_checks import FusedIO, widened_float16
+    from normfuse.fused_sites import widened_float16
+    from normfuse.norm_checks import FusedIO
 
     io = FusedIO(gs.Variable("x"), onnx.TensorProto.FLOAT16, np.float16, None, ())
     chooser = None if provider is None else SimpleNamespace(provider=provider)

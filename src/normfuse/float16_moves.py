@@ -1,6 +1,6 @@
 """The ops that only move values. A float16 norm fused as the float32 kernel between Casts lifts
 its input Cast over such moves where ONNX Runtime reads them unrounded
-(`norm_checks.float16_input_moves`, `float16_partition`)."""
+(`fused_sites.float16_input_moves`, `float16_partition`)."""
 
 from __future__ import annotations
 

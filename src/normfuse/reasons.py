@@ -1,6 +1,7 @@
 """Every near-miss reason code in one registry: the code, its one-line meaning, and the modules
-that raise it (passes by name; `norm_checks` is the checks every norm pass shares, `final_check`
-the check every site passes, `rewrite` the driver, `guard`/`rollback` the output guard).
+that raise it (passes by name; `norm_checks` is the checks every norm pass shares,
+`fused_sites` the fused node they build, `final_check` the check every site passes,
+`rewrite` the driver, `guard`/`rollback` the output guard).
 
 The raise sites keep their string literals (or a pass's `norm_checks.Refusal` table holds them,
 for bindings whose presence alone refuses a site); `tests/test_reasons.py` scans both and holds
@@ -50,7 +51,7 @@ REASONS = (
     Reason(
         "empty-normalised-axes",
         "the normalised axes hold no element (the fused kernels refuse to run on them)",
-        ("group_norm", "norm_checks"),
+        ("group_norm", "fused_sites"),
     ),
     Reason(
         "keepdims",
@@ -133,7 +134,7 @@ REASONS = (
     Reason(
         "broadcast-shape",
         "a constant operand broadcasts the input to a larger shape",
-        ("norm_checks",),
+        ("fused_sites",),
     ),
     Reason(
         "unknown-rank",
@@ -159,7 +160,7 @@ REASONS = (
     Reason(
         "cast-types",
         "the Casts around the statistics are not an exact widening and narrowing",
-        ("norm_checks", "layer_norm", "group_norm"),
+        ("norm_checks", "layer_norm", "group_norm", "fused_sites"),
     ),
     Reason("unknown-dtype", "the input's element type is not known", ("norm_checks",)),
     Reason(
@@ -175,12 +176,12 @@ REASONS = (
     Reason(
         "float64-stash-type",
         "a float64 norm that only ONNX Runtime computes exactly, with --target onnx",
-        ("norm_checks",),
+        ("fused_sites",),
     ),
     Reason(
         "opset-too-low",
         "the target's fused op needs an opset the model may not be raised to",
-        ("group_norm", "norm_checks"),
+        ("group_norm", "fused_sites"),
     ),
     # Other families and no exact spelling.
     Reason(
@@ -249,7 +250,7 @@ REASONS = (
         "float16-rounding",
         "ONNX Runtime's CPU provider would round a float16 value in the rewrite where it does "
         "not in the original, or the other way round (read from the graphs it runs)",
-        ("guard", "norm_checks"),
+        ("guard", "fused_sites"),
     ),
     Reason(
         "skip-float16-sum",
@@ -285,7 +286,7 @@ REASONS = (
     Reason(
         "intermediate-used-elsewhere",
         "a tensor inside the subgraph is also used outside it",
-        ("group_norm", "norm_checks", "rewrite"),
+        ("group_norm", "rewrite", "fused_sites"),
     ),
     Reason(
         "shape-conflict",

@@ -57,7 +57,7 @@ class FusedNode:
     input_cast: int | None = None
     # With `input_cast`: value-moving nodes (Reshape, Transpose, ...; top first) between the
     # first input's computing op and it. The Cast reads their first input instead, and copies of
-    # them move the cast values (see `norm_checks.float16_input_moves`).
+    # them move the cast values (see `fused_sites.float16_input_moves`).
     input_moves: tuple[gs.Node, ...] = ()
     moved_input: gs.Tensor | None = None  # the first move's input (kept: cleanup detaches it)
     # With `input_cast` and `output_cast` (and nothing else after the node): the value-moving

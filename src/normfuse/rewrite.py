@@ -505,7 +505,7 @@ def _output_moves(
     provider reads the moved result unrounded in the original (asked of its graph:
     `float16_partition`; a model-local function's reads are not shown, and its moves are taken
     as they always were). Moved in float32 and cast where the moves end, the fused model rounds
-    where the original does (the input side: `norm_checks.float16_input_moves`; the output
+    where the original does (the input side: `fused_sites.float16_input_moves`; the output
     guard compares every read both models share). Under ONNX's semantics the same values: a
     move commutes with a Cast."""
     widened = fused.input_cast is not None and fused.output_cast is not None
