@@ -18,6 +18,7 @@ from collections import Counter
 import numpy as np
 import onnx
 from adversarial_harness import compare, narrowest_float, session
+from corpora.adversarial import feed_sets
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -25,7 +26,6 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
 import normfuse
 from models import builders
-from models.adversarial import feed_sets
 
 EXAMPLES = int(os.environ.get("NORMFUSE_FUZZ_EXAMPLES", "80"))
 SHAPE = (2, 5, 16)

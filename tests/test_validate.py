@@ -469,7 +469,7 @@ def test_a_group_normalization_in_a_function_is_checked_alone() -> None:
     """ADV6-05: a GroupNormalization-21 node in a model-local function is typed in the body as
     in a graph (its output as its input), so --validate runs the rewritten site alone against
     the node, and keeps it."""
-    from models.adversarial_6 import CASES as SIXTH
+    from corpora.adversarial_6 import CASES as SIXTH
 
     case = next(case for case in SIXTH if case.name == "a6_gn21_in_function")
     model = case.build()
@@ -481,7 +481,7 @@ def _float16_moved_norm(tail: str) -> onnx.ModelProto:
     Expand(., Shape(z)) (adversary 7's `a7_expand_runtime_out`: z read for its shape only);
     `expand_values` Expand(., s) with s an int64 graph input; `gather_values` Gather(., i, axis
     1) with i an int64 graph input (both read for their values)."""
-    from models.adversarial_6 import F16, _f16_case, _n16
+    from corpora.adversarial_6 import F16, _f16_case, _n16
 
     def body(g) -> None:
         normed = _n16(g, "x", "ln", (1, 6, 16))

@@ -36,7 +36,7 @@ CONFIGS: dict[str, dict] = {
 
 def _corpora() -> dict[str, dict[str, Callable[[], onnx.ModelProto]]]:
     """Every corpus's cases by name: the builder that makes each one."""
-    from models import adversarial, adversarial_4, adversarial_6, adversarial_8, foreign
+    from corpora import adversarial, adversarial_4, adversarial_6, adversarial_8, foreign
 
     corpora = {
         "adversarial": {c.name: c.build for c in adversarial.CASES},

@@ -2,7 +2,7 @@
 it computes, the feeds it needs, its expected outcome and, for look-alikes, the evidence that it
 differs from the nearest fused op.
 
-`python -m models.adversarial --list` prints every case. Classes: "1".."9" are the classes of
+`python -m corpora.adversarial --list` prints every case. Classes: "1".."9" are the classes of
 issue 12 (overridable initializers, scopes, claimed shapes, bindings that must agree, exact
 constant semantics, local functions with attribute references, emitted-op contracts, output
 guard, validation), "hazard" near-miss maths, "exact-odd" exact but unusual spellings.
@@ -20,8 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from models import builders
-from models.adversarial_build import (
+from corpora.adversarial_build import (
     BOOL,
     F16,
     F64,
@@ -37,6 +36,7 @@ from models.adversarial_build import (
     rms,
     vi,
 )
+from models import builders
 
 PROFILES = ("random", "large", "tiny", "constant", "negative", "outliers")
 
@@ -3650,8 +3650,8 @@ for _register in (
 
 
 def _register_second_corpus() -> None:
-    """The second adversary's cases (models/adversarial_2.py) join this corpus."""
-    from models import adversarial_2
+    """The second adversary's cases (tests/corpora/adversarial_2.py) join this corpus."""
+    from corpora import adversarial_2
 
     adversarial_2.register(case, KEEP, EITHER, FUSE, nearest)
 
@@ -3660,8 +3660,8 @@ _register_second_corpus()
 
 
 def _register_third_corpus() -> None:
-    """The third adversary's cases (models/adversarial_3.py) join this corpus."""
-    from models import adversarial_3
+    """The third adversary's cases (tests/corpora/adversarial_3.py) join this corpus."""
+    from corpora import adversarial_3
 
     adversarial_3.register(case, KEEP, EITHER, FUSE, nearest)
 

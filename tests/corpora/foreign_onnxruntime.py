@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from models.foreign_build import (
+from corpora.foreign_build import (
     F16,
     F32,
     F64,

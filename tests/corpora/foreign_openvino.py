@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.foreign_build import F16, F32, LN, RMS, G, case
+from corpora.foreign_build import F16, F32, LN, RMS, G, case
 
 MVN = "src/common/transformations/tests/common_optimizations/mvn_fusion_test.cpp"
 RMSF = "src/common/transformations/tests/common_optimizations/rms_norm_fusion_test.cpp"

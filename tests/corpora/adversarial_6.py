@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from models.adversarial import FUSE, KEEP, Expect
-from models.adversarial_build import F16, NP, F, G, body, ln, model, normalise
+from corpora.adversarial import FUSE, KEEP, Expect
+from corpora.adversarial_build import F16, NP, F, G, body, ln, model, normalise
 
 # "validate": --validate (normfuse.ValidationOptions with the case's symbolic dims at 2, added
 # by the test); "skip": the default passes plus skip-norm (Gemma 3's residual sums).
@@ -2727,12 +2727,12 @@ for _group in (
 
 
 def main(argv=None) -> None:
-    """`python -m models.adversarial_6 --save NAME FOLDER` writes the case as NAME.onnx and its
+    """`python -m corpora.adversarial_6 --save NAME FOLDER` writes the case as NAME.onnx and its
     random feeds as NAME.npz; `--list` prints every case."""
     import argparse
     from pathlib import Path
 
-    from models.adversarial import feed_sets
+    from corpora.adversarial import feed_sets
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--list", action="store_true")

@@ -1,4 +1,4 @@
-"""Building blocks for models/foreign.py: a small graph builder, the layer-norm and RMS-norm
+"""Building blocks for tests/corpora/foreign.py: a small graph builder, the layer-norm and RMS-norm
 chains the foreign tests vary, the case record and its registry."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ feeding a norm, model-local functions reached from several scopes with different
 folding under op attributes that change a value's meaning, residual fusion (bias association,
 rank, dtype, broadcasting, symbolic dims) and group norms with casts or shared statistics.
 
-Registered into `models.adversarial.CASES` by `register()` (called at the end of that module), so
+Registered into `corpora.adversarial.CASES` by `register()` (called at the end of that module), so
 `tests/test_adversarial.py` runs every case here in its four configurations. Cases that normfuse
 gets wrong carry a finding id (`ADV3-NN`, described in `docs/limitations.md`) in
 `FINDINGS`; the test marks them xfail(strict=True) in exactly the configurations they fail.
@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from models.adversarial_2 import norm
-from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, model
+from corpora.adversarial_2 import norm
+from corpora.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, body, model
 
 # case name -> (finding id, the configurations it fails in); tests/test_adversarial.py requires
 # each (case, configuration) pair to fail, as a strict xfail would, and then reports the case's

@@ -1,4 +1,4 @@
-"""Small graph-building helpers for the adversarial corpus (`models/adversarial.py`).
+"""Small graph-building helpers for the adversarial corpus (`tests/corpora/adversarial.py`).
 
 Unlike `models.builders`, every tensor name can be chosen by the caller, so cases can reuse and
 shadow names across scopes, and every constant can be swapped for an arbitrary tensor.

@@ -16,15 +16,15 @@ xfail(strict=True)). The graphs are rebuilt from what the tests describe; where 
 is not valid standard ONNX (ops of another runtime, mixed-type `Add`s that only type-check in the
 other project), the nearest valid graph is built and `note` says what changed.
 
-`python -m models.foreign` prints every case with what normfuse does with it.
+`python -m corpora.foreign` prints every case with what normfuse does with it.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from models import foreign_onnxruntime, foreign_onnxscript, foreign_openvino  # noqa: F401
-from models.foreign_build import CASES, SKIP_PASSES, ForeignCase
+from corpora import foreign_onnxruntime, foreign_onnxscript, foreign_openvino  # noqa: F401
+from corpora.foreign_build import CASES, SKIP_PASSES, ForeignCase
 
 __all__ = ["CASES", "SKIP_PASSES", "ForeignCase"]
 

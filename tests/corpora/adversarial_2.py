@@ -4,7 +4,7 @@ and `d` from `Shape`, ReduceSumSquare / ReduceL2 RMS norms, Mean / InvStdDev out
 statistics, computed and odd axes, QK-norm after dynamic Reshapes, opset raises, float64 and
 float16.
 
-Registered into `models.adversarial.CASES` by `register()` (called at the end of that module), so
+Registered into `corpora.adversarial.CASES` by `register()` (called at the end of that module), so
 `tests/test_adversarial.py` runs every case here in its four configurations. Cases that normfuse
 gets wrong carry a finding id (`ADV2-NN`, described in `docs/limitations.md`) in
 `FINDINGS`; the test marks them xfail(strict=True) in exactly the configurations they fail.
@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from models.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, model, vi
+from corpora.adversarial_build import BOOL, F16, F64, I64, SHAPE, F, G, model, vi
 
 # case name -> (finding id, the configurations it fails in); tests/test_adversarial.py requires
 # each (case, configuration) pair to fail, as a strict xfail would, and then reports the case's
@@ -2453,7 +2453,7 @@ def _more_cases(case, KEEP, EITHER, FUSE, nearest) -> None:
 def register(case, KEEP, EITHER, FUSE, nearest) -> None:
     """Add every case of this module to the corpus through its `case` registrar (the corpus's
     expectation helpers and `nearest` evidence builder are passed in, so running
-    `python -m models.adversarial` does not import the corpus twice)."""
+    `python -m corpora.adversarial` does not import the corpus twice)."""
     for group in GROUPS:
         group(case, KEEP, EITHER, FUSE, nearest)
 

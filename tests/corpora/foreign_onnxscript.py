@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from models.foreign_build import F16, F32, F64, LN, RMS, SKIP_PASSES, G, case, rms_norm
+from corpora.foreign_build import F16, F32, F64, LN, RMS, SKIP_PASSES, G, case, rms_norm
 
 LNT = "onnxscript/rewriter/rules/fusion/_layer_norm_test.py"
 LNX = "onnxscript/rewriter/rules/fusion/_layer_norm_extended_test.py"

@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from models.adversarial import EITHER, FUSE, KEEP, Expect
-from models.adversarial_build import F16, I64, SHAPE, F, G, body, ln, model, rms, vi
+from corpora.adversarial import EITHER, FUSE, KEEP, Expect
+from corpora.adversarial_build import F16, I64, SHAPE, F, G, body, ln, model, rms, vi
 
 BF16 = TensorProto.BFLOAT16
 DYN = ("d0", "d1", "d2")
@@ -1909,14 +1909,14 @@ for _group in (
 
 
 def main(argv=None) -> None:
-    """`python -m models.adversarial_4 --save NAME FOLDER` writes the case as NAME.onnx (weights
+    """`python -m corpora.adversarial_4 --save NAME FOLDER` writes the case as NAME.onnx (weights
     external for an external-data case) and its random feeds as NAME.npz; `--list` prints every
     case."""
     import argparse
     import copy
     from pathlib import Path
 
-    from models.adversarial import feed_sets
+    from corpora.adversarial import feed_sets
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--list", action="store_true")

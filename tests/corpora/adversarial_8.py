@@ -6,7 +6,7 @@ regroup the last axis), 2 SpaceToDepth / DepthToSpace upstream of a norm, 3 grou
 grouping Reshape target is built at run time (Shape windows, Slice, Concat, [N, G, C/G, -1]),
 4 GroupNormalization-21 nodes whose scale or bias is no true constant, 5 `--validate` with a
 site whose Reshape back or moves read another tensor only through Shape / Size, 6
-GroupNormalization nodes in model-local functions. Cases use `models.adversarial_6.Case6` and
+GroupNormalization nodes in model-local functions. Cases use `corpora.adversarial_6.Case6` and
 run in `tests/test_adversarial_8.py` through the sixth corpus's checks. `EITHER`: any outcome
 is right as long as the numerics hold (a look-alike that may be fused exactly in some other
 form, or left). Cases normfuse gets wrong carry a finding id (`ADV8-NN`, described in
@@ -21,9 +21,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from models.adversarial import EITHER, FUSE, KEEP
-from models.adversarial_6 import FUSE_OR, Case6, _i64
-from models.adversarial_build import F16, F, G, body, ln, model
+from corpora.adversarial import EITHER, FUSE, KEEP
+from corpora.adversarial_6 import FUSE_OR, Case6, _i64
+from corpora.adversarial_build import F16, F, G, body, ln, model
 
 CASES: list[Case6] = []
 BOTH = ("default", "onnx", "validate")
