@@ -209,9 +209,9 @@ def _run_optimizer(model: onnx.ModelProto, model_type: str, off: frozenset[str])
     from onnxruntime.transformers.optimizer import optimize_model
 
     options = _options(model_type, off)
-    logger = logging.getLogger("onnxruntime.transformers")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    # Its modules log under their own top-level names (`onnx_model_mmdit`): all are silenced.
+    silenced = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
     try:
         with contextlib.redirect_stdout(io.StringIO()), tempfile.TemporaryDirectory() as folder:
             optimized = optimize_model(
@@ -228,7 +228,7 @@ def _run_optimizer(model: onnx.ModelProto, model_type: str, off: frozenset[str])
         detail = f"the optimizer raised {type(error).__name__}: {first_line(error)}"
         return _Attempt(off, None, Failure("optimizer-crashed", detail))
     finally:
-        logger.setLevel(level)
+        logging.disable(silenced)
 
 
 def _check(
