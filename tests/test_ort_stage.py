@@ -72,6 +72,7 @@ def lookalike(axis: int = 1) -> onnx.ModelProto:
         ("vae_mid_block_opset17", "vae"),
         ("sd3_opset16", "mmdit"),
         ("flux_opset18_dynamo_float32", "mmdit"),
+        ("kv/llama_optimum_with_past_opset17", "gpt2"),  # its KV cache is not an image
     ],
 )
 def test_model_type_is_inferred_from_the_graph(name: str, expected: str) -> None:
@@ -181,6 +182,17 @@ def test_an_op_without_a_cpu_kernel_turns_its_fusion_off() -> None:
     assert "NhwcConv" in off["enable_nhwc_conv"]["detail"]
     assert "NhwcConv" not in op_counts(result.model)
     assert_same_numerics(original, result.model)
+
+
+def test_a_model_the_guard_cannot_run_is_left_to_normfuse_with_the_reason() -> None:
+    result = normfuse.optimize(
+        REAL / "kv" / "gpt2_optimum_merged_opset16.onnx", with_stages=[STAGE]
+    )
+    stage = stage_of(result)
+    assert stage["status"] == "skipped"
+    assert "cannot run it on generated inputs" in stage["detail"]
+    assert result.report.sites  # normfuse's own passes ran on the original
+    assert "skipped: the output guard cannot run it" in result.report.table()
 
 
 def test_the_cli_writes_the_stage_into_the_report(

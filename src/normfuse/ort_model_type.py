@@ -3,13 +3,13 @@
 The optimizer picks its fusion patterns by `model_type`; the graph says which family a model
 is from its inputs and ops (an explicit type given by the user always wins):
 
+- a decoder (`position_ids`, a past or cache input, a `present` or `logits` output, a `Trilu`
+  causal mask): `gpt2`, the optimizer's decoder type (LLaMA, Qwen, Mistral have none of
+  their own);
 - a float image input (rank 4) with group or instance norms: `unet` where it has other inputs
   (a timestep, an embedding), `vae` where it is the only one;
 - a float latent input (rank 3 or 4) beside a `timestep`: `mmdit` (DiT, SD3, Flux);
 - another float image input: `vit` (ViT, ConvNeXt);
-- a decoder (`position_ids`, a past or cache input, a `present` or `logits` output, a `Trilu`
-  causal mask): `gpt2`, the optimizer's decoder type (LLaMA, Qwen, Mistral have none of
-  their own);
 - anything else: `bert` (encoders, and the optimizer's own default).
 """
 
@@ -28,8 +28,15 @@ def infer_model_type(model: onnx.ModelProto) -> tuple[str, str]:
     """The optimizer's `model_type` for `model`, and the evidence it was chosen on."""
     inputs = _feeds(model)
     ops = {node.op_type for graph in all_graphs(model.graph) for node in graph.node}
-    image = next((info for info in inputs if _is_float(info) and _rank(info) == 4), None)
     names = [info.name.lower() for info in inputs]
+    words = [w for w in DECODER_INPUT_WORDS if any(w in name for name in names)]
+    outputs = [info.name.lower() for info in model.graph.output]
+    words += [w for w in DECODER_OUTPUT_WORDS if any(w in name for name in outputs)]
+    if "Trilu" in ops:
+        words.append("Trilu")
+    if words:  # first: a KV cache is a float input of rank 4 too
+        return "gpt2", f"a decoder ({', '.join(words)})"
+    image = next((info for info in inputs if _is_float(info) and _rank(info) == 4), None)
     timestep = any("timestep" in name for name in names)
     if image is not None and ops & GROUP_NORM_OPS:
         if len(inputs) > 1:
@@ -39,13 +46,6 @@ def infer_model_type(model: onnx.ModelProto) -> tuple[str, str]:
         return "mmdit", "a float latent input beside a timestep input"
     if image is not None:
         return "vit", f"image input {image.name!r}"
-    words = [w for w in DECODER_INPUT_WORDS if any(w in name for name in names)]
-    outputs = [info.name.lower() for info in model.graph.output]
-    words += [w for w in DECODER_OUTPUT_WORDS if any(w in name for name in outputs)]
-    if "Trilu" in ops:
-        words.append("Trilu")
-    if words:
-        return "gpt2", f"a decoder ({', '.join(words)})"
     return "bert", "an encoder (no decoder, image or diffusion input)"
 
 

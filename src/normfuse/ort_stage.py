@@ -133,7 +133,7 @@ def _short(value: float | None) -> str:
 
 
 @dataclass(frozen=True)
-class _Attempt:
+class Attempt:
     """One run of the optimizer with `off` turned off: its output, or why there is none."""
 
     off: frozenset[str]
@@ -161,12 +161,12 @@ def run_stage(
     if why_not is not None:
         return _skipped(model, record, why_not)
     flags = fusion_flags(model_type)
-    attempts: dict[frozenset[str], _Attempt] = {}
+    attempts: dict[frozenset[str], Attempt] = {}
     verdicts: dict[frozenset[str], Failure | None] = {}
 
     def check(off: frozenset[str]) -> Failure | None:
         if off not in verdicts:
-            attempts[off] = _run_optimizer(model, model_type, off)
+            attempts[off] = run_optimizer(model, model_type, off)
             verdicts[off] = _check(attempts[off], output_guard, providers)
         return verdicts[off]
 
@@ -202,7 +202,7 @@ def _options(model_type: str, off: frozenset[str]):
     return options
 
 
-def _run_optimizer(model: onnx.ModelProto, model_type: str, off: frozenset[str]) -> _Attempt:
+def run_optimizer(model: onnx.ModelProto, model_type: str, off: frozenset[str]) -> Attempt:
     """The optimizer on a copy of `model` (it rewrites its input in place), saved and read back
     as the optimizer writes it, its logging and printing kept off the user's terminal; a crash
     is the attempt's failure."""
@@ -223,17 +223,15 @@ def _run_optimizer(model: onnx.ModelProto, model_type: str, off: frozenset[str])
             )
             path = os.path.join(folder, "optimized.onnx")
             optimized.save_model_to_file(path)  # its own save: domains imported, sorted
-            return _Attempt(off, onnx.load(path), None)
+            return Attempt(off, onnx.load(path), None)
     except Exception as error:  # the optimizer is untrusted: whatever it raises is its failure
         detail = f"the optimizer raised {type(error).__name__}: {first_line(error)}"
-        return _Attempt(off, None, Failure("optimizer-crashed", detail))
+        return Attempt(off, None, Failure("optimizer-crashed", detail))
     finally:
         logging.disable(silenced)
 
 
-def _check(
-    attempt: _Attempt, output_guard: OutputGuard, providers: Sequence[str]
-) -> Failure | None:
+def _check(attempt: Attempt, output_guard: OutputGuard, providers: Sequence[str]) -> Failure | None:
     """Why the attempt's output may not stand in for the original: the optimizer crashed, a
     provider has no kernel for one of its ops (it does not load there), or the guard refuses
     it (its CPU load and runs included)."""
@@ -271,7 +269,7 @@ def _skipped(
 
 def _applied(
     model: onnx.ModelProto,
-    attempt: _Attempt,
+    attempt: Attempt,
     record: StageRecord,
     off: dict[str, Failure],
     flags: list[str],
