@@ -110,6 +110,10 @@ def test_the_composed_output_matches_the_original(name: str, added: dict[str, in
     assert result.report.ort_only
     assert result.report.nodes_before == len(original.graph.node)
     assert_same_numerics(original, result.model, DIMS)
+    validated = normfuse.optimize(
+        original, with_stages=[STAGE], validation=normfuse.ValidationOptions(dims=DIMS)
+    )
+    assert validated.report.validation.passed  # against the original, not the stage's output
 
 
 def test_a_wrong_fusion_is_turned_off_with_its_numbers() -> None:

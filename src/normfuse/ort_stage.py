@@ -52,10 +52,13 @@ class StageSpec:
 
 
 def parse_stage(text: str) -> StageSpec:
-    """`ort-transformers` or `ort-transformers:bert`, checked (a NormfuseError where not)."""
+    """`ort-transformers` or `ort-transformers:bert`, checked, sympy (which the optimizer needs)
+    installed (a NormfuseError where not)."""
     name, _, model_type = text.strip().partition(":")
     if name != NAME:
         raise NormfuseError(f"unknown stage {text!r}; stages: {NAME}[:MODEL_TYPE]")
+    if importlib.util.find_spec("sympy") is None:
+        raise NormfuseError(f"--with {NAME} needs sympy: {INSTALL}")
     if not model_type:
         return StageSpec(name)
     known = model_types()
@@ -150,8 +153,6 @@ def run_stage(
     """The optimizer's output of `model` that `output_guard` (built on `model`) accepts and
     every provider of `providers` loads, with the options it needed turned off; `model` itself
     where the stage is skipped. Always with the stage's record."""
-    if importlib.util.find_spec("sympy") is None:
-        raise NormfuseError(f"--with {NAME} needs sympy: {INSTALL}")
     model_type, source = spec.model_type, "given"
     if model_type is None:
         model_type, evidence = infer_model_type(model)
