@@ -111,7 +111,10 @@ def bench(name: str, paths: dict[str, Path], runs: int, folder: Path) -> dict[st
     command += ["--report", str(report)]
     if given:
         command += ["--dims", ",".join(f"{k}={v}" for k, v in given.items())]
-    subprocess.run(command, check=True, capture_output=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        line = (done.stderr.strip().splitlines() or ["?"])[-1][:160]
+        return {"original ms": "-", **dict.fromkeys(PIPELINES, f"bench failed: {line}")}
     timings = json.loads(report.read_text())["timings"]
     cells = {"original ms": f"{timings[0]['median_ms']:.3f}"}
     for label, timing in zip(loadable, timings, strict=True):
