@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -25,6 +26,7 @@ from normfuse import (
     inputs,
     model_io,
     model_view,
+    ort_stage,
     placement,
     records,
     rewrite,
@@ -98,6 +100,8 @@ def optimize(
     dims: dict[str, int] | None = None,
     refuse_repairs: bool = False,
     max_opset: int | None = None,
+    with_stages: Sequence[str] = (),
+    stage_providers: Sequence[str] = ("cpu",),
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
@@ -121,20 +125,84 @@ def optimize(
     `repair` evidence), or, with `refuse_repairs`, left decomposed (`repair-refused`).
     `max_opset` caps the default-domain opset the output may be raised to (the deployment
     runtime's); a site that needs more is left (`opset-too-low`, naming the cap).
+
+    `with_stages` names tools run before the passes, each proved against the original like a
+    site and with its failing options turned off (`ort_stage`: "ort-transformers", or
+    "ort-transformers:MODEL_TYPE"); `stage_providers` are the providers a stage's output must
+    load on. Their records are `report.stages`.
     """
     loaded = _load(model, base_dir)
     targets.check_max_opset(loaded.model, max_opset)
+    specs = _stage_specs(with_stages, target)
     if validation is not None:  # a `dims` typo or a wrong `.npz` is refused before any work
         inputs.check_inputs(loaded.model, validation.dims, validation.npz)
-    output_guard = guard.OutputGuard(loaded.model, refuse_repairs, loaded.base_dir)
+    staged, stages = _run_stages(loaded, specs, refuse_repairs, stage_providers)
+    output_guard = guard.OutputGuard(staged.model, refuse_repairs, staged.base_dir)
     if tune_for is None:  # timed forms share the CPU with nothing
         output_guard.start()  # a large original's run overlaps the rewrite
     try:
-        return _optimize_loaded(
-            loaded, model, target, passes, validation, tune_for, dims, output_guard, max_opset
+        result = _optimize_loaded(
+            staged,
+            model,
+            target,
+            passes,
+            validation,
+            tune_for,
+            dims,
+            output_guard,
+            max_opset,
+            original=loaded,
         )
     finally:
         output_guard.close()
+    if stages:
+        _with_stages(result.report, loaded.model, staged.model, stages)
+    return result
+
+
+def _stage_specs(names: Sequence[str], target: str) -> list[ort_stage.StageSpec]:
+    """The stages named, checked before any work (each at most once; ORT's optimizer writes
+    contrib ops, so only for `--target ort`)."""
+    specs = [ort_stage.parse_stage(name) for name in names]
+    if len({spec.name for spec in specs}) < len(specs):
+        raise NormfuseError("each stage may be given once")
+    if specs and target != "ort":
+        raise NormfuseError(
+            f"--with {specs[0].name} writes ONNX Runtime contrib ops: it needs --target ort"
+        )
+    return specs
+
+
+def _run_stages(
+    loaded: model_io.LoadedModel,
+    specs: list[ort_stage.StageSpec],
+    refuse_repairs: bool,
+    providers: Sequence[str],
+) -> tuple[model_io.LoadedModel, list[ort_stage.StageRecord]]:
+    """Each stage in turn, every output proved against the original `loaded`."""
+    records, current = [], loaded.model
+    for spec in specs:
+        stage_guard = guard.OutputGuard(loaded.model, refuse_repairs, loaded.base_dir)
+        try:
+            current, record = ort_stage.run_stage(current, spec, stage_guard, providers)
+        finally:
+            stage_guard.close()
+        records.append(record)
+    return model_io.LoadedModel(current, loaded.base_dir), records
+
+
+def _with_stages(
+    report: Report,
+    original: onnx.ModelProto,
+    staged: onnx.ModelProto,
+    stages: list[ort_stage.StageRecord],
+) -> None:
+    """`report` (of the passes run on `staged`) as the record of the whole pipeline: the
+    stages, the original's node count and opset, ORT-only where a stage wrote contrib ops."""
+    report.stages = stages
+    report.nodes_before = len(original.graph.node)
+    report.opset_before = targets.default_opset(original)
+    report.ort_only = report.ort_only or ort_stage.uses_contrib_ops(staged)
 
 
 def _optimize_loaded(
@@ -147,8 +215,10 @@ def _optimize_loaded(
     dims: dict[str, int] | None,
     output_guard: guard.OutputGuard,
     max_opset: int | None = None,
+    original: model_io.LoadedModel | None = None,
 ) -> OptimizeResult:
-    """`optimize` of the loaded model, its rewrites proved by `output_guard`."""
+    """`optimize` of the loaded model, its rewrites proved by `output_guard`; validation
+    compares the result with `original` (default: `loaded`; a stage's input)."""
     with guard_rewrite():
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
@@ -191,8 +261,9 @@ def _optimize_loaded(
             if not check.passed
         }
         result = rewrite_excluding(excluded)
+    before = original or loaded
     report = validate_module.compare_models(
-        loaded.model, result.model, validation, loaded.base_dir, loaded.base_dir
+        before.model, result.model, validation, before.base_dir, loaded.base_dir
     )
     report.sites, report.rolled_back = checks, failed
     report.repairs_refused = output_guard.refuse_repairs

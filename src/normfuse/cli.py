@@ -23,7 +23,7 @@ from onnx_graphsurgeon.logger.logger import G_LOGGER
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
-from normfuse import batch, outputs
+from normfuse import batch, ort_stage, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
 from normfuse.errors import NormfuseError, debugging, printable, runtime_message
@@ -63,6 +63,7 @@ EXAMPLES = {
         "normfuse optimize a.onnx b.onnx -o fused/ --report -    # several models",
         "normfuse optimize models/ -o fused/                     # every *.onnx in models/",
         "normfuse optimize model.onnx -o fused.onnx --tune-for cpu --dims sequence=128",
+        "normfuse optimize model.onnx -o fused.onnx --with ort-transformers",
     ],
     "inspect": ["normfuse inspect model.onnx", "normfuse inspect fused.onnx --check"],
     "validate": ["normfuse validate model.onnx fused.onnx --dims sequence=128"],
@@ -208,6 +209,16 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave decomposed every site whose output differs from the original's, even where "
         "it is nearer float64 (default: kept and reported as a repair)",
+    )
+    sub.add_argument(
+        "--with",
+        dest="with_stages",
+        action="append",
+        metavar="STAGE",
+        help="run a tool before the passes, its output proved against MODEL and its failing "
+        "options turned off (reported): ort-transformers[:MODEL_TYPE], ONNX Runtime's "
+        "transformers optimizer (model type inferred unless given; loads on --providers; "
+        "needs sympy)",
     )
     sub.add_argument(
         "--bench", action="store_true", help="time the original and the result side by side"
@@ -554,6 +565,8 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
         raise NormfuseError(f"{names}: timing options need --bench")
     if args.plot is not None and batch.is_batch(args.models):
         raise NormfuseError("--plot draws one model's timings; give one model")
+    for stage in args.with_stages or ():
+        ort_stage.parse_stage(stage)  # a typo is refused before any work
 
 
 def check_dims_across(models: list[Path], dims: dict[str, int]) -> None:
@@ -678,6 +691,8 @@ def _optimize_one(
         dims=parse_dims(args.dims),
         refuse_repairs=args.refuse_repairs,
         max_opset=args.max_opset,
+        with_stages=args.with_stages or (),
+        stage_providers=parse_providers(args.providers),
     )
     report = result.report
     report.input = str(model_path)

@@ -132,6 +132,11 @@ class OutputGuard:
         if self._threaded and self._early is None and runnable(self.original, self.base_dir):
             self._early = _Worker(lambda: _Reference.of(self.original, self.base_dir))
 
+    def runs(self) -> bool:
+        """Whether a rewrite is proved by running it beside the original (the original is
+        small enough and runs on generated inputs); otherwise only the weightless checks apply."""
+        return self._run_reference() is not None
+
     def close(self) -> None:
         """Wait for an early run (nothing of it outlives the `optimize` call)."""
         if self._early is not None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import onnx
 
 from normfuse.records import FUSED_NORM_OPS, NearMiss, Site
 from normfuse.shapes import TensorType
 from normfuse.validate import ValidationReport
+
+if TYPE_CHECKING:
+    from normfuse.ort_stage import StageRecord
 
 
 @dataclass
@@ -34,6 +38,8 @@ class Report:
     # Sites already in their best exact form (`records.KEPT_AS_IS_REASONS`): counted, not listed
     # as near-misses.
     kept: list[NearMiss] = field(default_factory=list)
+    # Tools run before the passes (`--with`), each with what it did and what was turned off.
+    stages: list[StageRecord] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Nodes before and after, and fused sites per kind."""
@@ -56,6 +62,7 @@ class Report:
             **({"validation": self.validation.as_dict()} if self.validation else {}),
             **({"tuning": list(self.tuning)} if self.tuning else {}),
             **({"kept_as_is": self.kept_counts()} if self.kept else {}),
+            **({"stages": [stage.as_dict() for stage in self.stages]} if self.stages else {}),
         }
 
     def kept_counts(self) -> dict[str, int]:
@@ -76,7 +83,8 @@ class Report:
         """A short human-readable summary. With `sites`, one line per fused site (kind, op, the
         tensor it computes, its shape from `types`), and with `verbose` the nodes it replaces;
         `existing`: the fused norm nodes the model already had (said when nothing is left)."""
-        lines = [f"{'kind':<16}{'op':<28}{'sites':>6}"] if self.sites else []
+        lines = [line for stage in self.stages for line in stage.lines()]
+        lines += [f"{'kind':<16}{'op':<28}{'sites':>6}"] if self.sites else []
         for (kind, op), count in sorted(Counter((s.kind, s.op) for s in self.sites).items()):
             lines.append(f"{kind:<16}{op:<28}{count:>6}")
         if not self.sites and existing:
