@@ -13,7 +13,7 @@ contrib_ops/cuda/bert/skip_layer_norm_impl.cu; docs/residual-fusion.md):
   the model's sum on both. A bias added to an operand first, `(a + b) + s`, keeps its Add (its
   output is the op's input); one added after the residual sum is `skip-bias-order`.
 - The kernel returns `input`'s shape and reads `skip` by offset, so input and skip must be
-  proved the same shape (`normfuse.same_shape`, symbolic dims included), of rank 2 or 3 (the
+  proved the same shape (`normfuse.facts.same_shape`, symbolic dims included), of rank 2 or 3 (the
   kernel's contract).
 - float32 only: for float16 the CPU kernel adds input and skip in float32 where the model rounds
   the sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64.
@@ -31,12 +31,12 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import norm_checks as checks
-from normfuse.context import Context
-from normfuse.pattern import Const, Match, Op, Var
-from normfuse.records import FormQuestion, FusedNode, Site, node_label
-from normfuse.same_shape import format_shape, same_shape
-from normfuse.targets import Target
+from normfuse.facts.same_shape import format_shape, same_shape
+from normfuse.match import norm_checks as checks
+from normfuse.match.context import Context
+from normfuse.match.pattern import Const, Match, Op, Var
+from normfuse.match.records import FormQuestion, FusedNode, Site, node_label
+from normfuse.target.targets import Target
 
 KIND = "skip-norm"
 MS_DOMAIN = "com.microsoft"

@@ -17,13 +17,14 @@ from adversarial_harness import compare, float64_model, narrowest_float, session
 from corpora.adversarial import CASES, Case
 from corpora.adversarial_2 import FINDINGS as FINDINGS_2
 from corpora.adversarial_3 import FINDINGS as FINDINGS_3
+from normfuse.passes import DEFAULT_PASS_NAMES
 
 import normfuse
 
 CONFIGS = {
     "default": {},
     "onnx": {"target": "onnx"},
-    "skip": {"passes": [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]},
+    "skip": {"passes": [*DEFAULT_PASS_NAMES, "skip-norm"]},
     "validate": {"validation": "auto"},
 }
 BY_NAME = {c.name: c for c in CASES}

@@ -26,6 +26,7 @@ from adversarial_harness import (
 )
 from corpora.adversarial import feed_sets
 from corpora.adversarial_6 import CASES, CONFIGS, FINDINGS, Case6, extra_feeds, symbolic_inputs
+from normfuse.passes import DEFAULT_PASS_NAMES
 from test_adversarial import _interface
 from test_adversarial_4 import (
     _allowance,
@@ -110,7 +111,7 @@ def _options(m: onnx.ModelProto, config: str) -> dict:
     """optimize()'s arguments in `config` (validation with every symbolic dim at 2)."""
     options = dict(CONFIGS[config])
     if options.pop("skip", False):
-        options["passes"] = [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]
+        options["passes"] = [*DEFAULT_PASS_NAMES, "skip-norm"]
     if options.get("validation") == "auto":
         dims = {
             d.dim_param: 2

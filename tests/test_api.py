@@ -44,7 +44,7 @@ def test_passes_are_installed_as_normfuse_passes() -> None:
 
 def test_targets_block_raising_the_opset_when_an_operator_changes_meaning() -> None:
     from models.builders import LayerNormSpec, norm_model, with_batch_norm
-    from normfuse.targets import can_raise_opset, raise_blockers
+    from normfuse.target.targets import can_raise_opset, raise_blockers
 
     model = norm_model(LayerNormSpec(), opset=13)
     assert can_raise_opset(model, 17)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builders import LAYER_NORM_NEGATIVES, LayerNormSpec, norm_model
-from normfuse.cli import main
+from normfuse.cli.commands import main
 
 BERT = Path(__file__).resolve().parent.parent / "models" / "real" / "bert_opset14.onnx"
 
@@ -692,9 +692,9 @@ def test_dims_and_inputs_errors_come_before_any_work(
     np.savez(npz, x=np.zeros((4, 3, 5), np.float32))
     started: list[str] = []
     for owner, name in [
-        (normfuse.model_view, "build"),
-        (normfuse.rewrite, "run"),
-        (normfuse.guard.OutputGuard, "start"),
+        (normfuse.facts.model_view, "build"),
+        (normfuse.rewrite.rounds, "run"),
+        (normfuse.prove.guard.OutputGuard, "start"),
     ]:
         monkeypatch.setattr(owner, name, lambda *a, _name=name, **k: started.append(_name))
     options, line = EARLY_INPUT_ERRORS[case]
@@ -735,7 +735,7 @@ def test_a_reader_gone_after_the_commit_does_not_fail_a_written_model() -> None:
     commit to a pipe nobody reads is dropped, and so is the rest of that stream's output."""
     import os
 
-    from normfuse.cli import _said_after_commit
+    from normfuse.cli.commands import _said_after_commit
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone

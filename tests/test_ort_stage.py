@@ -16,9 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("sympy", reason="ORT's transformers optimizer needs sympy")
 
 import normfuse
-from normfuse import ort_stage
-from normfuse.option_bisection import options_to_turn_off
-from normfuse.ort_model_type import infer_model_type
+from normfuse.stages import ort_transformers as ort_stage
+from normfuse.stages.model_type import infer_model_type
+from normfuse.stages.option_bisection import options_to_turn_off
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "models" / "real"

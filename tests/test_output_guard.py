@@ -23,8 +23,10 @@ from onnx import helper
 
 import normfuse
 from models.builders import GraphBuilder, LayerNormSpec, add_layer_norm, norm_model
-from normfuse import final_check, guard, inputs
-from normfuse.records import FusedNode
+from normfuse.driver import optimize as driver
+from normfuse.match import final_check
+from normfuse.match.records import FusedNode
+from normfuse.prove import guard, inputs
 
 FLOAT = onnx.TensorProto.FLOAT
 MS = "com.microsoft"
@@ -411,10 +413,10 @@ def test_bisection_rebuilds_logarithmically(monkeypatch):
 
     plant(monkeypatch, target, short_scale)
     # Every layer norm here is a repair on offset rows; finding their sites is another search.
-    monkeypatch.setattr(normfuse.rollback, "repaired_sites", lambda *args: {})
+    monkeypatch.setattr(normfuse.prove.rollback, "repaired_sites", lambda *args: {})
     builds = []
-    rewrite = normfuse._optimize
-    monkeypatch.setattr(normfuse, "_optimize", lambda *a, **k: builds.append(1) or rewrite(*a, **k))
+    rewrite = driver._optimize
+    monkeypatch.setattr(driver, "_optimize", lambda *a, **k: builds.append(1) or rewrite(*a, **k))
     result = normfuse.optimize(model)
     assert reasons(result.report) == ["output-does-not-run"]
     assert len(result.report.sites) == 15

@@ -17,7 +17,8 @@ import pytest
 from helpers import run_cli
 
 from models.builders import LayerNormSpec, norm_model
-from normfuse import cli, outputs
+from normfuse.cli import commands as cli
+from normfuse.io import outputs
 
 SIGNALS = [
     (signal.SIGINT, 130, "interrupted (SIGINT)"),

@@ -15,8 +15,8 @@ from helpers import assert_same_numerics, session
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
-from normfuse.compare import TYPICAL_ALLOWANCE, no_further
-from normfuse.profiles import OFFSETS
+from normfuse.prove.compare import TYPICAL_ALLOWANCE, no_further
+from normfuse.prove.profiles import OFFSETS
 
 
 def _layer_norm(width: int, rows: int = 8) -> onnx.ModelProto:

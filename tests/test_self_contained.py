@@ -16,7 +16,7 @@ from helpers import run_cli, session
 
 import normfuse
 from models.builders import LayerNormSpec, norm_model
-from normfuse import model_io
+from normfuse.io import model_io
 
 HIDDEN = 256
 
@@ -165,8 +165,8 @@ def test_validation_fails_a_repair_the_guard_did_not_see_when_repairs_are_refuse
     """Validation's own inputs (other dims, other draws) may show a repair the guard's did not:
     with repairs refused, that fails the validation (nothing written by the CLI), and the table
     says why; allowed, the row says `repair`."""
-    from normfuse import guard
-    from normfuse.validate import ValidationOptions
+    from normfuse.prove import guard
+    from normfuse.prove.validate import ValidationOptions
 
     monkeypatch.setattr(guard, "runnable", lambda model, base_dir=None: False)  # guard blind
     source = _export(tmp_path / "ext")

@@ -26,11 +26,12 @@ import onnx
 import onnxruntime as ort
 
 import normfuse
-from normfuse import ort_stage, sessions
 from normfuse.errors import NormfuseError
-from normfuse.guard import OutputGuard
-from normfuse.inputs import symbolic_dims
-from normfuse.ort_model_type import infer_model_type
+from normfuse.prove import sessions
+from normfuse.prove.guard import OutputGuard
+from normfuse.prove.inputs import symbolic_dims
+from normfuse.stages import ort_transformers as ort_stage
+from normfuse.stages.model_type import infer_model_type
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "models" / "manifest.json"

@@ -23,7 +23,7 @@ import onnx  # noqa: E402
 from corpora import adversarial, adversarial_4, adversarial_6, adversarial_8  # noqa: E402
 
 import normfuse  # noqa: E402
-from normfuse.profiles import PROFILES  # noqa: E402
+from normfuse.prove.profiles import PROFILES  # noqa: E402
 
 PROFILE_IN_DETAIL = re.compile(r"on the ([a-z0-9-]+) inputs")
 

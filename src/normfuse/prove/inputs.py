@@ -1,0 +1,399 @@
+"""Inputs for running a model: from its signature, `--dims`, and an optional `.npz` of overrides.
+
+Symbolic dimensions take their value from `dims`; a batch-like one (named like `batch`, or the
+unnamed first axis) defaults to 1 and the default is reported; any other undecided dimension is an
+error that names it, and so is a `dims` name no input has. Float inputs are drawn from a seeded
+normal distribution; position ids (an integer input named like `position_ids`) count 0, 1, ... along
+their last axis in every row, as a model sees them (rotary embeddings are exercised); other integer
+inputs that index a `Gather` (token and token-type ids) are drawn inside the indexed table; masks
+are all ones; booleans are true. `.npz` arrays replace generated ones, checked for name, dtype and
+shape from each member's header before its data is inflated (pickles are never loaded). Inputs
+are refused before allocation when they would take more than MAX_INPUT_BYTES.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import zipfile
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from normfuse.errors import NormfuseError
+from normfuse.ir.scopes import overridable
+
+MAX_DIM = 2**31 - 1
+# The size of a symbolic dim that is not batch-like in a run that only proves a model runs.
+PROBE_DIM = 3
+# Generated and loaded inputs together may take this many bytes (checked before allocating).
+MAX_INPUT_BYTES = 4 * 2**30
+_BATCH_LIKE = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
+_POSITIONS = re.compile(r"position", re.IGNORECASE)
+# Ops an index may pass through on its way to a Gather.
+_INDEX_PASSTHROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+
+
+def parse_dims(values: Iterable[str] | None) -> dict[str, int]:
+    """`["batch=1", "sequence=128,past=0"]` -> `{"batch": 1, "sequence": 128, "past": 0}`; a
+    name given twice with two values is refused (the same value twice is one)."""
+    dims: dict[str, int] = {}
+    for value in values or []:
+        for item in value.split(","):
+            name, sep, number = item.strip().partition("=")
+            number = number.strip()
+            if not sep or not name or not (number.isascii() and number.isdigit()):
+                raise NormfuseError(f"--dims takes NAME=N (N >= 0), got {item.strip()!r}")
+            if len(number) > 12 or int(number) > MAX_DIM:
+                raise NormfuseError(f"--dims {name.strip()}: {number} is larger than {MAX_DIM}")
+            name = name.strip()
+            if name in dims and dims[name] != int(number):
+                raise NormfuseError(
+                    f"--dims {name} is given twice, as {dims[name]} and {int(number)}: give it once"
+                )
+            dims[name] = int(number)
+    return dims
+
+
+def input_hint(dims: dict[str, int], npz: str | None) -> str:
+    """What to check when a model does not run on its inputs, naming what was given."""
+    given = ",".join(f"{name}={size}" for name, size in dims.items())
+    if given and npz:
+        return f"check --dims {given} and --inputs {npz}"
+    if npz:
+        return f"check --inputs {npz}"
+    if given:
+        return f"check --dims {given}, or give --inputs FILE.npz"
+    return "give --dims or --inputs"
+
+
+def probe_dims(model: onnx.ModelProto) -> dict[str, int]:
+    """Small sizes for the named symbolic dims of `model`'s inputs: 1 for a batch-like one,
+    `PROBE_DIM` for any other (the output guard's one run)."""
+    return {
+        dim.dim_param: 1 if _BATCH_LIKE.search(dim.dim_param) else PROBE_DIM
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and not dim.HasField("dim_value")
+    }
+
+
+def make_inputs(
+    model: onnx.ModelProto,
+    dims: dict[str, int] | None = None,
+    seed: int = 0,
+    npz: str | os.PathLike | None = None,
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Feeds for every graph input of `model`, and notes on the defaults taken."""
+    rng = np.random.default_rng(seed)
+    plan = _plan_inputs(model, dims or {}, npz, read=True)
+    tables = _gather_table_sizes(model)
+    feeds = {
+        name: _generate(name, plan.dtypes[name], shape, tables.get(name), rng, plan.notes)
+        for name, shape in plan.shapes.items()
+    }
+    feeds.update(plan.overrides)
+    return feeds, plan.notes
+
+
+def check_inputs(
+    model: onnx.ModelProto,
+    dims: dict[str, int] | None = None,
+    npz: str | os.PathLike | None = None,
+) -> list[str]:
+    """Every check `make_inputs` makes on `dims` and `npz` (names, dtypes, shapes from the
+    members' headers, sizes), without generating or inflating an array: cheap enough to run
+    before any work. Returns the notes."""
+    return _plan_inputs(model, dims or {}, npz, read=False).notes
+
+
+@dataclass
+class _InputPlan:
+    """The inputs to generate (shapes and dtypes), the `.npz` arrays read, and the notes."""
+
+    shapes: dict[str, list[int]]
+    dtypes: dict[str, np.dtype]
+    overrides: dict[str, np.ndarray]
+    notes: list[str]
+
+
+def _plan_inputs(
+    model: onnx.ModelProto, dims: dict[str, int], npz: str | os.PathLike | None, read: bool
+) -> _InputPlan:
+    """Check `dims` and `npz` against `model`; with `read`, the `.npz` arrays are read too."""
+    notes = check_dims(model, dims)
+    signature = graph_inputs(model)
+    dtypes = {info.name: _input_dtype(info) for info in signature}
+    overrides: dict[str, np.ndarray] = {}
+    given: dict[str, int] = {}  # the `.npz` members' sizes in bytes
+    if npz:
+        # Initializers that are also graph inputs are inputs too: a caller may feed them.
+        names = overridable(model.graph)
+        defaults = [
+            info
+            for info in model.graph.input
+            if info.name in names and info.type.HasField("tensor_type")
+        ]
+        dtypes.update({info.name: _input_dtype(info) for info in defaults})
+        overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, dims, notes, read)
+    _require_named_dims([info for info in signature if info.name not in given], dims)
+    shapes = {
+        info.name: _concrete_shape(info, dims, notes)
+        for info in signature
+        if info.name not in given
+    }
+    _check_allocation(shapes, dtypes, sum(given.values()))
+    return _InputPlan(shapes, dtypes, overrides, notes)
+
+
+def _input_dtype(info: onnx.ValueInfoProto) -> np.dtype:
+    if not info.type.HasField("tensor_type"):
+        raise NormfuseError(f"input {info.name!r} is not a tensor; normfuse feeds tensors only")
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise NormfuseError(
+            f"input {info.name!r} has an element type normfuse cannot feed"
+        ) from None
+
+
+def _check_allocation(
+    shapes: dict[str, list[int]], dtypes: dict[str, np.dtype], loaded: int
+) -> None:
+    """Refuse, before allocating, inputs that would take more than MAX_INPUT_BYTES."""
+    total = loaded
+    for name, shape in shapes.items():
+        total += math.prod(shape) * dtypes[name].itemsize
+        if total > MAX_INPUT_BYTES:
+            raise NormfuseError(
+                f"input {name!r} of shape {shape}: the inputs would take more than "
+                f"{MAX_INPUT_BYTES // 2**30} GiB; set smaller --dims"
+            )
+
+
+def input_shapes(
+    model: onnx.ModelProto, dims: dict[str, int] | None = None
+) -> tuple[dict[str, list[int]], list[str]]:
+    """The concrete shape of every graph input for `dims` (as `make_inputs` feeds them), and notes
+    on the defaults taken."""
+    notes = check_dims(model, dims or {})
+    _require_named_dims(graph_inputs(model), dims or {})
+    shapes = {info.name: _concrete_shape(info, dims or {}, notes) for info in graph_inputs(model)}
+    return shapes, notes
+
+
+def _require_named_dims(infos: list[onnx.ValueInfoProto], dims: dict[str, int]) -> None:
+    """Refuse, in one message, every named symbolic dim of `infos` that `dims` does not give and
+    that is not batch-like (which defaults to 1), so that one run says all that is missing."""
+    missing: list[str] = []
+    for info in infos:
+        for dim in info.type.tensor_type.shape.dim:
+            name = dim.dim_param
+            if name and name not in dims and not _BATCH_LIKE.search(name) and name not in missing:
+                missing.append(name)
+    if len(missing) > 1:
+        raise NormfuseError(
+            f"dimensions {', '.join(repr(name) for name in missing)} are not known; set them "
+            f"with --dims {','.join(f'{name}=N' for name in missing)}"
+        )
+
+
+def check_dims(model: onnx.ModelProto, dims: dict[str, int]) -> list[str]:
+    """Refuse `dims` names that no graph input has where the model has symbolic dims (a typo
+    would otherwise be ignored); a model with none gets a note instead, so that scripts can pass
+    one --dims to many models. Returns the notes."""
+    known = sorted(symbolic_dims(model))
+    unknown = sorted(set(dims) - set(known))
+    if unknown and not known:
+        given = ",".join(f"{name}={dims[name]}" for name in unknown)
+        return [f"--dims {given} ignored: the model's input shapes are all static"]
+    if unknown:
+        raise NormfuseError(
+            f"--dims {', '.join(unknown)}: no input has such a dimension; "
+            f"the model's symbolic dims are: {', '.join(known)}"
+        )
+    return []
+
+
+def symbolic_dims(model: onnx.ModelProto) -> set[str]:
+    """The names of the graph inputs' symbolic dimensions."""
+    return {
+        dim.dim_param
+        for info in graph_inputs(model)
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and not dim.HasField("dim_value")
+    }
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs that are not initializers (what a caller must feed)."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    return [info for info in model.graph.input if info.name not in initializers]
+
+
+def _load_npz(
+    path: str | os.PathLike,
+    signature: list[onnx.ValueInfoProto],
+    dtypes: dict[str, np.dtype],
+    dims: dict[str, int],
+    notes: list[str],
+    read: bool = True,
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The arrays of an `.npz` file (none unless `read`) and each member's size in bytes, each
+    member's name, dtype, shape and size checked against the model (from its header) before its
+    data is inflated, a dim that `dims` sizes otherwise noted in `notes`; pickles are never
+    loaded."""
+    if not Path(path).is_file():
+        raise NormfuseError(f"--inputs {path}: no such file")
+    infos = {info.name: info for info in signature}
+    arrays, sizes = {}, {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {_member_name(member.filename): member for member in archive.infolist()}
+            unknown = sorted(set(members) - set(infos))
+            if unknown:
+                raise NormfuseError(f"--inputs has arrays for unknown inputs: {', '.join(unknown)}")
+            total = 0
+            for name, member in members.items():
+                with archive.open(member) as file:
+                    shape, fortran, dtype = _npy_header(file)
+                    _checked_override(infos[name], dtypes[name], dtype, shape, dims, notes)
+                    size = math.prod(shape) * dtype.itemsize
+                    total += size
+                    if total > MAX_INPUT_BYTES or member.file_size > size + 2**16:
+                        raise NormfuseError(f"--inputs {path}: member {name!r} is too large")
+                    sizes[name] = size
+                    if read:
+                        arrays[name] = _read_data(file, shape, fortran, dtype, size)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        raise NormfuseError(f"--inputs {path}: not a readable .npz file ({error})") from None
+    return arrays, sizes
+
+
+def _member_name(filename: str) -> str:
+    return filename[: -len(".npy")] if filename.endswith(".npy") else filename
+
+
+def _npy_header(file) -> tuple[tuple[int, ...], bool, np.dtype]:
+    version = np.lib.format.read_magic(file)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(file)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype.hasobject:
+        raise ValueError("object arrays (pickles) are not loaded")
+    return shape, fortran, dtype
+
+
+def _read_data(file, shape, fortran: bool, dtype: np.dtype, size: int) -> np.ndarray:
+    data = file.read(size)
+    if len(data) != size:
+        raise ValueError("array data is truncated")
+    return np.frombuffer(bytearray(data), dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _checked_override(
+    info: onnx.ValueInfoProto,
+    dtype: np.dtype,
+    found: np.dtype,
+    shape: tuple[int, ...],
+    dims: dict[str, int],
+    notes: list[str],
+) -> None:
+    """An `.npz` array for `info`: its dtype, rank and static dims the model's. A symbolic dim
+    that `--dims` sizes otherwise is noted (ADV10-02), not refused: ONNX Runtime does not hold
+    one name to one size across inputs, and the array is fed as it is."""
+    if found != dtype:
+        raise NormfuseError(f"--inputs {info.name!r} is {found}, the model expects {dtype}")
+    declared = info.type.tensor_type.shape.dim
+    if len(declared) != len(shape) or any(
+        dim.HasField("dim_value") and dim.dim_value != size
+        for dim, size in zip(declared, shape, strict=True)
+    ):
+        expected = [
+            dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in declared
+        ]
+        raise NormfuseError(f"--inputs {info.name!r} has shape {list(shape)}, expected {expected}")
+    for axis, (dim, size) in enumerate(zip(declared, shape, strict=True)):
+        named = not dim.HasField("dim_value") and dim.dim_param in dims
+        if named and dims[dim.dim_param] != size:
+            notes.append(
+                f"--inputs {info.name!r} has {dim.dim_param}={size} (axis {axis}) where --dims "
+                f"gives {dim.dim_param}={dims[dim.dim_param]}: the array is fed as it is"
+            )
+
+
+def _concrete_shape(info: onnx.ValueInfoProto, dims: dict[str, int], notes: list[str]) -> list[int]:
+    shape = []
+    for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            shape.append(dim.dim_value)
+        elif dim.dim_param in dims:
+            shape.append(dims[dim.dim_param])
+        elif _BATCH_LIKE.search(dim.dim_param or "") or (not dim.dim_param and axis == 0):
+            label = dim.dim_param or f"axis 0 of {info.name!r}"
+            note = f"{label} defaulted to 1 (set it with --dims)"
+            if note not in notes:
+                notes.append(note)
+            shape.append(1)
+        else:
+            label = repr(dim.dim_param) if dim.dim_param else f"unnamed axis {axis}"
+            raise NormfuseError(
+                f"input {info.name!r}: dimension {label} is not known; set it with --dims "
+                f"{dim.dim_param or 'NAME'}=N"
+            )
+    return shape
+
+
+def _generate(name, dtype, shape, table: int | None, rng, notes: list[str]) -> np.ndarray:
+    if np.issubdtype(dtype, np.floating):
+        return rng.normal(0.0, 1.0, shape).astype(dtype)
+    if dtype == np.bool_:
+        return np.ones(shape, dtype)
+    if "mask" in name.lower():
+        return np.ones(shape, dtype)
+    if _POSITIONS.search(name) and shape:
+        positions = np.arange(shape[-1]) % (table or max(shape[-1], 1))
+        return np.broadcast_to(positions, shape).astype(dtype)
+    if table is not None:
+        return rng.integers(0, table, shape).astype(dtype)
+    notes.append(f"{name!r}: integer input indexes no table; filled with zeros (use --inputs)")
+    return np.zeros(shape, dtype)
+
+
+def _gather_table_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """For graph inputs used (through casts and reshapes) as Gather indices: the table's size
+    along the gathered axis, when the table is an initializer."""
+    initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    sizes = {}
+    for info in graph_inputs(model):
+        size = _table_size(info.name, consumers, initializers, depth=4)
+        if size is not None:
+            sizes[info.name] = size
+    return sizes
+
+
+def _table_size(name: str, consumers, initializers, depth: int) -> int | None:
+    found = []
+    for node in consumers.get(name, []):
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
+            table = initializers.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if table is not None:
+                found.append(table.dims[axis])
+        elif node.op_type in _INDEX_PASSTHROUGH and depth > 0 and node.input[0] == name:
+            size = _table_size(node.output[0], consumers, initializers, depth - 1)
+            if size is not None:
+                found.append(size)
+    return min(found) if found else None
