@@ -371,6 +371,56 @@ def test_timing_options_without_bench_are_refused(tmp_path: Path, monkeypatch, c
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("options", "refused", "needs"),
+    [
+        (["--dims", "sequence=8"], "--dims", "--validate, --bench or --tune-for"),
+        (
+            ["--seed", "3", "--inputs", "x.npz"],
+            "--inputs, --seed",
+            "--validate, --bench or --tune-for",
+        ),
+        (["--providers", "cpu", "--tune-for", "cpu"], "--providers", "--validate or --bench"),
+        (["--atol", "1e-3", "--bench"], "--atol", "--validate"),
+    ],
+)
+def test_options_for_a_run_are_refused_where_optimize_runs_no_model(
+    tmp_path: Path, capsys, options: list[str], refused: str, needs: str
+) -> None:
+    """`--dims` (and the other input and tolerance options) mean nothing to an optimize that
+    runs no model: a usage error naming what would use them, before any work."""
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(BERT), "-o", str(out), *options]) == 2
+    err = capsys.readouterr().err
+    assert err == f"normfuse: error: {refused}: used only with {needs}, for the runs they make\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_takes_a_folder_like_the_other_commands(tmp_path: Path, capsys) -> None:
+    """Each *.onnx file of the folder, under its name; one combined JSON record; --check fails
+    when any model has a site left, counting sites and models."""
+    folder = zoo_folder(tmp_path)
+    assert main(["inspect", str(folder)]) == 0
+    printed = capsys.readouterr().out
+    headers = [line for line in printed.splitlines() if line.startswith("== ")]
+    assert headers == [
+        f"== {folder / 'bert_opset14.onnx'} ==",
+        f"== {folder / 'gpt2_opset16.onnx'} ==",
+    ]
+    assert printed.count("layer-norm  LayerNormalization") == 10
+    assert main(["inspect", str(folder), "--json", "--check"]) == 1
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["status"] == 1 and [len(item["report"]["sites"]) for item in data["models"]] == [
+        5,
+        5,
+    ]
+    assert "output" not in data["models"][0] and "written" not in data
+    assert captured.err == (
+        "normfuse: check failed: 10 fusable site(s) left unfused in 2 of 2 models\n"
+    )
+
+
 def zoo_folder(tmp_path: Path, broken: bool = False) -> Path:
     folder = tmp_path / "in"
     folder.mkdir()

@@ -694,9 +694,7 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
         names = ", ".join(f"--{name}" for name in unused)
         uses = [f"--{use.replace('_', '-')}" for use in _RUN_OPTIONS[unused[0]]]
         needs = " or ".join([", ".join(uses[:-1]), uses[-1]] if len(uses) > 1 else uses)
-        raise NormfuseError(
-            f"{names}: optimize runs no model without {needs}; give one, or leave {names} out"
-        )
+        raise NormfuseError(f"{names}: used only with {needs}, for the runs they make")
     if args.plot is not None and (args.manifest is not None or batch.is_batch(args.models)):
         raise NormfuseError("--plot draws one model's timings; give one model")
 
