@@ -202,6 +202,9 @@ def test_pairs_need_a_candidate_and_models_come_from_one_place(tmp_path: Path, c
     assert f"entry 1 ({BERT}): no candidate" in capsys.readouterr().err
     assert main(["validate", "--manifest", str(manifest), str(tmp_path)]) == 2
     assert f"candidate {tmp_path / BERT.name}: no such file" in capsys.readouterr().err
+    paired = write_json(tmp_path / "m.json", [{"model": str(BERT), "candidate": str(BERT)}])
+    assert main(["bench", "--manifest", str(paired), str(BERT)]) == 2  # not silently ignored
+    assert "give no MODEL, or one folder" in capsys.readouterr().err
     assert main(["optimize", "--manifest", str(manifest), str(BERT), "-o", str(tmp_path)]) == 2
     assert "give no MODEL as well" in capsys.readouterr().err
     assert main(["validate", str(BERT)]) == 2

@@ -116,12 +116,13 @@ class Outcome:
     error: str | None = None
     extra: dict = field(default_factory=dict)
 
-    def as_dict(self, written: bool = True) -> dict:
+    def as_dict(self, written: bool | None = True) -> dict:
         """The JSON form: the model's report (or its error) with its status; `output` is null
-        when nothing was written."""
+        when nothing was written, and absent for a command that writes no model (None)."""
+        output = None if self.output is None or not written else str(self.output)
         return {
             "model": str(self.model),
-            "output": None if self.output is None or not written else str(self.output),
+            **({} if written is None else {"output": output}),
             "status": self.status,
             **({"error": self.error} if self.error else {}),
             **({"report": self.report.as_dict()} if self.report else {}),
@@ -178,14 +179,18 @@ def worst_status(outcomes: list[Outcome] | list[PairOutcome]) -> int:
 
 
 def combined_record(
-    outcomes: list[Outcome], version: str, written: bool = True, notes: list[str] | None = None
+    outcomes: list[Outcome],
+    version: str,
+    written: bool | None = True,
+    notes: list[str] | None = None,
 ) -> dict:
-    """One JSON record for the whole batch: whether its outputs were `written`, the folder files
-    skipped (`notes`), and each model's record."""
+    """One JSON record for the whole batch: whether its outputs were `written` (None: a command
+    that writes no model, such as inspect), the folder files skipped (`notes`), and each model's
+    record."""
     return {
         "normfuse_version": version,
         "status": worst_status(outcomes),
-        "written": written,
+        **({} if written is None else {"written": written}),
         "notes": list(notes or []),
         "models": [outcome.as_dict(written) for outcome in outcomes],
     }

@@ -67,10 +67,21 @@ EXAMPLES = {
         "normfuse optimize a.onnx b.onnx -o fused/ --report -    # several models",
         "normfuse optimize models/ -o fused/                     # every *.onnx in models/",
         "normfuse optimize model.onnx -o fused.onnx --tune-for cpu --dims sequence=128",
+        "normfuse optimize --manifest models.toml -o fused/ --validate  # dims per model",
     ],
-    "inspect": ["normfuse inspect model.onnx", "normfuse inspect fused.onnx --check"],
-    "validate": ["normfuse validate model.onnx fused.onnx --dims sequence=128"],
-    "bench": ["normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png"],
+    "inspect": [
+        "normfuse inspect model.onnx",
+        "normfuse inspect fused.onnx --check",
+        "normfuse inspect models/                               # every *.onnx in models/",
+    ],
+    "validate": [
+        "normfuse validate model.onnx fused.onnx --dims sequence=128",
+        "normfuse validate --manifest models.toml fused/        # each with fused/<its name>",
+    ],
+    "bench": [
+        "normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png",
+        "normfuse bench --manifest models.toml fused/ --threads 1",
+    ],
     "tune": ["normfuse tune fused.onnx --dims sequence=128"],
 }
 TIMING_OPTIONS = (
@@ -634,6 +645,8 @@ def _model_args(
 def _check_entry_inputs(
     entry: manifest.Entry, loaded: LoadedModel, own: argparse.Namespace
 ) -> None:
+    """A model's dims and inputs checked against it (no array made), the error naming its
+    entry."""
     try:
         check_inputs(loaded.model, parse_dims(own.dims), own.inputs)
     except NormfuseError as error:
@@ -983,9 +996,10 @@ def _pairs(args: argparse.Namespace, run: PairRun, words: dict[int, str]) -> int
     `candidate`, else the file of the model's name in the folder given), everything checked
     before any work; the record is written unless a pair stopped with an error."""
     entries = manifest.read(args.manifest, pairs=True)
+    folder = _candidates_folder(args)
     jobs, inputs = [], set()
     for entry in entries:
-        candidate = entry.candidate or _candidate_in_folder(args, entry)
+        candidate = _candidate(entry, folder)
         model, model_files = _entry_load(entry, entry.model)
         other, other_files = _entry_load(entry, candidate)
         own = manifest.apply(args, entry, symbolic_dims(model.model))
@@ -1009,19 +1023,26 @@ def _pairs(args: argparse.Namespace, run: PairRun, words: dict[int, str]) -> int
     return record["status"]
 
 
-def _candidate_in_folder(args: argparse.Namespace, entry: manifest.Entry) -> Path:
-    """The candidate for an entry without one: its model's file name in the folder given."""
+def _candidates_folder(args: argparse.Namespace) -> Path | None:
+    """The folder given after `--manifest` (None: none), holding candidates by model name."""
     if len(args.models) > 1 or (args.models and not args.models[0].is_dir()):
         raise NormfuseError(
             "with --manifest, give no MODEL, or one folder holding each candidate under its "
             "model's file name"
         )
-    if not args.models:
+    return args.models[0] if args.models else None
+
+
+def _candidate(entry: manifest.Entry, folder: Path | None) -> Path:
+    """An entry's candidate: its own, else its model's file name in `folder`."""
+    if entry.candidate is not None:
+        return entry.candidate
+    if folder is None:
         raise NormfuseError(
             f"{entry.label}: no candidate; give candidate = PATH in the entry, or a folder of "
             "candidates after --manifest"
         )
-    candidate = args.models[0] / entry.model.name
+    candidate = folder / entry.model.name
     if not candidate.is_file():
         raise NormfuseError(f"{entry.label}: candidate {candidate}: no such file")
     return candidate
@@ -1132,10 +1153,7 @@ def _inspect_batch(args: argparse.Namespace) -> int:
                     print(printable(f"{outcome.model}: {outcome.error}"))
             for note in notes:
                 print(printable(f"note: {note}"))
-        record = batch.combined_record(outcomes, normfuse.__version__, False, notes)
-        del record["written"]  # inspect writes no model
-        for model in record["models"]:
-            del model["output"]
+        record = batch.combined_record(outcomes, normfuse.__version__, None, notes)
         _finish_batch(plan, destination, report_path, record)
     left = [outcome for outcome in outcomes if outcome.status == EXIT_CHECK_FAILED]
     if left:
