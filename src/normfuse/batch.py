@@ -227,7 +227,7 @@ def summary_table(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
-    lines += [_error_line(outcome) for outcome in outcomes if outcome.error]
+    lines += [error_line(outcome) for outcome in outcomes if outcome.error]
     lines += [f"note: {note}" for note in notes or []]
 
     totals = {word: sum(o.status == code for o in outcomes) for code, word in STATUS_WORDS.items()}
@@ -237,7 +237,7 @@ def summary_table(
     return "\n".join(lines)
 
 
-def _error_line(outcome: Outcome) -> str:
+def error_line(outcome: Outcome) -> str:
     """The model's error, naming the model once (most errors already start with its path)."""
     error, name = outcome.error or "", str(outcome.model)
     return error if error.startswith(f"{name}:") else f"{name}: {error}"

@@ -1150,7 +1150,7 @@ def _inspect_batch(args: argparse.Namespace) -> int:
         if show:
             for outcome in outcomes:
                 if outcome.error:
-                    print(printable(f"{outcome.model}: {outcome.error}"))
+                    print(printable(batch.error_line(outcome)))
             for note in notes:
                 print(printable(f"note: {note}"))
         record = batch.combined_record(outcomes, normfuse.__version__, None, notes)
