@@ -131,7 +131,7 @@ def _plan_inputs(
 ) -> _InputPlan:
     """Check `dims` and `npz` against `model`; with `read`, the `.npz` arrays are read too."""
     notes = check_dims(model, dims)
-    dims = derived_dims(model, dims)
+    dims = _derived_dims(model, dims)
     signature = graph_inputs(model)
     dtypes = {info.name: _input_dtype(info) for info in signature}
     overrides: dict[str, np.ndarray] = {}
@@ -187,13 +187,13 @@ def input_shapes(
     """The concrete shape of every graph input for `dims` (as `make_inputs` feeds them), and notes
     on the defaults taken."""
     notes = check_dims(model, dims or {})
-    dims = derived_dims(model, dims or {})
+    dims = _derived_dims(model, dims or {})
     _require_named_dims(model, graph_inputs(model), dims)
     shapes = {info.name: _concrete_shape(info, dims, notes) for info in graph_inputs(model)}
     return shapes, notes
 
 
-def derived_dims(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, int]:
+def _derived_dims(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, int]:
     """`dims` and every input dim `model` declares as an expression over its other input dims,
     computed where each of those is given (a batch-like one not given counts 1, as it is fed);
     a given value that disagrees with the model's own expression is refused."""
@@ -435,11 +435,10 @@ def _concrete_shape(info: onnx.ValueInfoProto, dims: dict[str, int], notes: list
             if note not in notes:
                 notes.append(note)
             shape.append(1)
-        else:
-            label = repr(dim.dim_param) if dim.dim_param else f"unnamed axis {axis}"
+        else:  # a named one is refused earlier, with every other (`_require_named_dims`)
             raise NormfuseError(
-                f"input {info.name!r}: dimension {label} is not known; set it with --dims "
-                f"{dim.dim_param or 'NAME'}=N"
+                f"input {info.name!r}: dimension unnamed axis {axis} is not known; set it with "
+                "--dims NAME=N"
             )
     return shape
 
