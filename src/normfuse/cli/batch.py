@@ -1,9 +1,12 @@
-"""Several models in one `optimize` run: which files, where each one's output goes, one summary
-table and one combined JSON record.
+"""Several models in one run: which files, where each one's output goes, one summary table and
+one combined JSON record.
 
 A folder given as input stands for the `*.onnx` files directly in it (not recursive), sorted by
-name. Outputs go into one existing folder under each input's file name; two inputs with the same
-name, or an output that is its own input (without `--in-place`), are refused before any work.
+name, but for a file another model of the folder reads as its external data (skipped, with a
+note); every other file must load as an ONNX model. Outputs go into one existing folder under
+each input's file name; two inputs with the same name, or an output that is its own input
+(without `--in-place`), are refused before any work. A batch is written whole or not at all: its
+outputs are committed only when every model succeeded.
 """
 
 from __future__ import annotations
@@ -13,23 +16,62 @@ from pathlib import Path
 
 from normfuse.driver.report import Report
 from normfuse.errors import NormfuseError
+from normfuse.io.model_io import LoadedModel, external_files, load
 
 STATUS_WORDS = {0: "ok", 1: "check failed", 2: "error"}
 
 
-def expand_inputs(paths: list[Path]) -> list[Path]:
-    """Each file as given and each folder as its `*.onnx` files, sorted; a folder without any is
-    an error."""
-    models: list[Path] = []
+@dataclass(frozen=True)
+class Found:
+    """A model of a batch, loaded."""
+
+    path: Path
+    loaded: LoadedModel
+
+
+def collect(paths: list[Path]) -> tuple[list[Found], list[str]]:
+    """Each file as given and each folder as its `*.onnx` files, sorted, loaded; and a note for
+    each folder file skipped as another model's external data. A file that does not load is an
+    error, and so is a folder without any model."""
+    found: list[Found] = []
+    notes: list[str] = []
     for path in paths:
-        if path.is_dir():
-            found = sorted(item for item in path.glob("*.onnx") if item.is_file())
-            if not found:
-                raise NormfuseError(f"{path}: not a regular file (a folder with no *.onnx file)")
-            models.extend(found)
+        if not path.is_dir():
+            found.append(Found(path, load(path)))
+            continue
+        models, skipped = _folder_models(path)
+        if not models:
+            raise NormfuseError(f"{path}: not a regular file (a folder with no *.onnx model)")
+        found.extend(models)
+        notes.extend(skipped)
+    return found, notes
+
+
+def _folder_models(folder: Path) -> tuple[list[Found], list[str]]:
+    """The models among a folder's `*.onnx` files, and a note for each file one of them reads as
+    external data (such a file is not loaded as a model, whatever it holds)."""
+    files = sorted(item for item in folder.glob("*.onnx") if item.is_file())
+    results: dict[Path, LoadedModel | NormfuseError] = {}
+    for file in files:
+        try:
+            results[file] = load(file)
+        except NormfuseError as error:
+            results[file] = error
+    readers: dict[Path, Path] = {}
+    for file, result in results.items():
+        if isinstance(result, LoadedModel):
+            for data in external_files(result.model, result.base_dir):
+                readers.setdefault(data, file)
+    models, notes = [], []
+    for file, result in results.items():
+        reader = readers.get(file.resolve())
+        if reader is not None:
+            notes.append(f"{file} skipped: it is the external data of {reader}")
+        elif isinstance(result, NormfuseError):
+            raise result
         else:
-            models.append(path)
-    return models
+            models.append(Found(file, result))
+    return models, notes
 
 
 def is_batch(paths: list[Path]) -> bool:
@@ -74,11 +116,13 @@ class Outcome:
     error: str | None = None
     extra: dict = field(default_factory=dict)
 
-    def as_dict(self) -> dict:
-        """The JSON form: the model's report (or its error) with its status."""
+    def as_dict(self, written: bool | None = True) -> dict:
+        """The JSON form: the model's report (or its error) with its status; `output` is null
+        when nothing was written, and absent for a command that writes no model (None)."""
+        output = None if self.output is None or not written else str(self.output)
         return {
             "model": str(self.model),
-            "output": None if self.output is None else str(self.output),
+            **({} if written is None else {"output": output}),
             "status": self.status,
             **({"error": self.error} if self.error else {}),
             **({"report": self.report.as_dict()} if self.report else {}),
@@ -86,23 +130,78 @@ class Outcome:
         }
 
 
-def worst_status(outcomes: list[Outcome]) -> int:
+@dataclass
+class PairOutcome:
+    """One manifest entry of `validate` or `bench`: its two models, and the command's record for
+    them or the error that stopped it."""
+
+    model: Path
+    candidate: Path
+    status: int
+    record: dict | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        """The JSON form: the two models, the status, and the record or the error."""
+        return {
+            "model": str(self.model),
+            "candidate": str(self.candidate),
+            "status": self.status,
+            **({"error": self.error} if self.error else {}),
+            **(self.record or {}),
+        }
+
+
+def pairs_record(outcomes: list[PairOutcome], version: str) -> dict:
+    """One JSON record for every pair of a manifest."""
+    return {
+        "normfuse_version": version,
+        "status": worst_status(outcomes),
+        "pairs": [outcome.as_dict() for outcome in outcomes],
+    }
+
+
+def pairs_table(outcomes: list[PairOutcome], words: dict[int, str]) -> str:
+    """One row per pair (model, candidate, the status in `words`), then each pair's error."""
+    rows = [["model", "candidate", "result"]]
+    rows += [[str(o.model), str(o.candidate), words[o.status]] for o in outcomes]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines += [f"{o.model} vs {o.candidate}: {o.error}" for o in outcomes if o.error]
+    return "\n".join(lines)
+
+
+def worst_status(outcomes: list[Outcome] | list[PairOutcome]) -> int:
     """The highest exit status of all models (0 when there are none)."""
     return max((outcome.status for outcome in outcomes), default=0)
 
 
-def combined_record(outcomes: list[Outcome], version: str) -> dict:
-    """One JSON record for the whole batch."""
+def combined_record(
+    outcomes: list[Outcome],
+    version: str,
+    written: bool | None = True,
+    notes: list[str] | None = None,
+) -> dict:
+    """One JSON record for the whole batch: whether its outputs were `written` (None: a command
+    that writes no model, such as inspect), the folder files skipped (`notes`), and each model's
+    record."""
     return {
         "normfuse_version": version,
         "status": worst_status(outcomes),
-        "models": [outcome.as_dict() for outcome in outcomes],
+        **({} if written is None else {"written": written}),
+        "notes": list(notes or []),
+        "models": [outcome.as_dict(written) for outcome in outcomes],
     }
 
 
-def summary_table(outcomes: list[Outcome]) -> str:
+def summary_table(
+    outcomes: list[Outcome], written: bool = True, notes: list[str] | None = None
+) -> str:
     """One row per model: status, fused sites per kind, near-misses, validation, node counts, and
-    where it went; then each model's error (notes are in the JSON record)."""
+    where it went (`not written` for every model unless the batch was `written`); then each
+    model's error and the `notes` (each model's own notes are in the JSON record)."""
     header = ["model", "status", "sites", "near-misses", "validation", "nodes", "output"]
     rows = []
     for outcome in outcomes:
@@ -119,15 +218,17 @@ def summary_table(outcomes: list[Outcome]) -> str:
             }
             sites = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
             nodes = f"{report.nodes_before} -> {report.nodes_after}"
-        written = str(outcome.output) if outcome.status == 0 and outcome.output else "not written"
+        went = outcome.output if written and outcome.status == 0 else None
         status = STATUS_WORDS[outcome.status]
-        rows.append([str(outcome.model), status, sites, misses, validation, nodes, written])
+        where = "not written" if went is None else str(went)
+        rows.append([str(outcome.model), status, sites, misses, validation, nodes, where])
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
-    lines += [_error_line(outcome) for outcome in outcomes if outcome.error]
+    lines += [error_line(outcome) for outcome in outcomes if outcome.error]
+    lines += [f"note: {note}" for note in notes or []]
 
     totals = {word: sum(o.status == code for o in outcomes) for code, word in STATUS_WORDS.items()}
     lines.append(
@@ -136,7 +237,7 @@ def summary_table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def _error_line(outcome: Outcome) -> str:
+def error_line(outcome: Outcome) -> str:
     """The model's error, naming the model once (most errors already start with its path)."""
     error, name = outcome.error or "", str(outcome.model)
     return error if error.startswith(f"{name}:") else f"{name}: {error}"

@@ -16,14 +16,17 @@ import math
 import os
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import onnx
 import onnxruntime as ort
 from onnx_graphsurgeon.logger.logger import G_LOGGER
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
-from normfuse.cli import batch
+from normfuse.cli import batch, manifest
 from normfuse.driver.report import fused_norm_nodes
 from normfuse.errors import NormfuseError, debugging, printable, runtime_message
 from normfuse.facts.shapes import tensor_types
@@ -34,13 +37,14 @@ from normfuse.measure.bench import BenchModel, BenchOptions
 from normfuse.measure.bench import run as run_bench
 from normfuse.measure.plot import plot_ratios, require_matplotlib
 from normfuse.measure.tune import tune
-from normfuse.prove.inputs import check_inputs, input_hint, parse_dims, symbolic_dims
+from normfuse.prove.inputs import MAX_SEED, check_inputs, input_hint, parse_dims, symbolic_dims
 from normfuse.prove.sessions import parse_providers
 from normfuse.stages import ort_transformers as ort_stage
 
+T = TypeVar("T")
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
-MAX_RUNS, MAX_THREADS, MAX_SEED = 1_000_000, 1024, 2**63 - 1
+MAX_RUNS, MAX_THREADS = 1_000_000, 1024
 MAX_TIME_BUDGET = 86_400.0  # seconds: a day
 COMMANDS = ("optimize", "inspect", "validate", "bench", "tune")
 _ORT_ERRORS = tuple(
@@ -66,10 +70,21 @@ EXAMPLES = {
         "normfuse optimize models/ -o fused/                     # every *.onnx in models/",
         "normfuse optimize model.onnx -o fused.onnx --tune-for cpu --dims sequence=128",
         "normfuse optimize model.onnx -o fused.onnx --with ort-transformers",
+        "normfuse optimize --manifest models.toml -o fused/ --validate  # dims per model",
     ],
-    "inspect": ["normfuse inspect model.onnx", "normfuse inspect fused.onnx --check"],
-    "validate": ["normfuse validate model.onnx fused.onnx --dims sequence=128"],
-    "bench": ["normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png"],
+    "inspect": [
+        "normfuse inspect model.onnx",
+        "normfuse inspect fused.onnx --check",
+        "normfuse inspect models/                               # every *.onnx in models/",
+    ],
+    "validate": [
+        "normfuse validate model.onnx fused.onnx --dims sequence=128",
+        "normfuse validate --manifest models.toml fused/        # each with fused/<its name>",
+    ],
+    "bench": [
+        "normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png",
+        "normfuse bench --manifest models.toml fused/ --threads 1",
+    ],
     "tune": ["normfuse tune fused.onnx --dims sequence=128"],
 }
 TIMING_OPTIONS = (
@@ -136,19 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_model_options(sub: argparse.ArgumentParser, several: bool = False) -> None:
+def _add_model_options(sub: argparse.ArgumentParser, manifest: bool = False) -> None:
     from normfuse.passes import DEFAULT_PASS_NAMES, PASS_NAMES
 
-    if several:
-        sub.add_argument(
-            "models",
-            type=Path,
-            nargs="+",
-            metavar="MODEL",
-            help="ONNX model(s) to read; a folder stands for the *.onnx files in it",
-        )
-    else:
-        sub.add_argument("model", type=Path, help="the ONNX model to read")
+    sub.add_argument(
+        "models",
+        type=Path,
+        nargs="*" if manifest else "+",
+        metavar="MODEL",
+        help="ONNX model(s) to read; a folder stands for the *.onnx files in it"
+        + (" (none with --manifest)" if manifest else ""),
+    )
+    if manifest:
+        _add_manifest_option(sub)
     sub.add_argument(
         "--target",
         choices=["ort", "onnx"],
@@ -177,6 +192,16 @@ def _pass_names(text: str) -> str:
     return text
 
 
+def _add_manifest_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--manifest",
+        type=Path,
+        metavar="FILE",
+        help="a .json or .toml list of models, each with its own settings (dims, inputs, seed, "
+        "passes, ...); options given here are the defaults an entry overrides",
+    )
+
+
 def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
     sub.add_argument(
         "--report", metavar="FILE", help=f"write {what} as JSON to FILE (- for stdout)"
@@ -184,7 +209,7 @@ def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
 
 
 def _add_optimize(sub: argparse.ArgumentParser) -> None:
-    _add_model_options(sub, several=True)
+    _add_model_options(sub, manifest=True)
     destination = sub.add_mutually_exclusive_group(required=True)
     destination.add_argument(
         "-o",
@@ -251,8 +276,16 @@ def _add_inspect(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_validate(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("original", type=Path, help="the reference model (e.g. before optimize)")
-    sub.add_argument("candidate", type=Path, help="the model to check against it (e.g. after)")
+    sub.add_argument(
+        "models",
+        type=Path,
+        nargs="*",
+        metavar="MODEL",
+        help="ORIGINAL CANDIDATE: the reference model (e.g. before optimize) and the model to "
+        "check against it; with --manifest, none, or a folder holding each candidate under its "
+        "model's file name",
+    )
+    _add_manifest_option(sub)
     _add_report_option(sub, "the comparison")
     _add_input_options(sub)
     _add_tolerance_options(sub)
@@ -262,10 +295,12 @@ def _add_bench(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "models",
         type=Path,
-        nargs="+",
+        nargs="*",
         metavar="MODEL",
-        help="models with the same inputs; ratios are to the first",
+        help="models with the same inputs; ratios are to the first; with --manifest, none, or a "
+        "folder holding each candidate under its model's file name",
     )
+    _add_manifest_option(sub)
     _add_input_options(sub)
     _add_bench_options(sub)
 
@@ -278,7 +313,7 @@ def _add_tune(sub: argparse.ArgumentParser) -> None:
 
 def _add_input_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
-        "--providers", default="cpu", help="cpu, cuda, openvino or a list like cpu,openvino"
+        "--providers", help="cpu, cuda, openvino or a list like cpu,openvino (default cpu)"
     )
     sub.add_argument(
         "--dims",
@@ -287,7 +322,7 @@ def _add_input_options(sub: argparse.ArgumentParser) -> None:
         help="symbolic dimension sizes; repeatable or comma-separated (unknown names are an error)",
     )
     sub.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
-    sub.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    sub.add_argument("--seed", type=int, help="seed for generated inputs (default 0)")
 
 
 def _add_tolerance_options(sub: argparse.ArgumentParser) -> None:
@@ -471,6 +506,8 @@ def _validation_options(args: argparse.Namespace) -> normfuse.ValidationOptions:
 
 
 def _seed(args: argparse.Namespace) -> int:
+    if args.seed is None:
+        return 0
     if not 0 <= args.seed <= MAX_SEED:
         raise NormfuseError(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}")
     return args.seed
@@ -484,79 +521,188 @@ def _load(path: Path) -> tuple[LoadedModel, set[Path]]:
 
 def _optimize(args: argparse.Namespace) -> int:
     _check_optimize_options(args)
-    models = batch.expand_inputs(args.models)
-    several = batch.is_batch(args.models)
-    if several:
-        destinations = batch.output_paths(models, args.output, args.in_place)
-        check_dims_across(models, parse_dims(args.dims))
-    else:
-        destinations = [_output_path(args, models[0])]
-    loaded: list[LoadedModel | NormfuseError] = []
-    protected: set[Path] = set()
-    for model in models:
-        try:
-            item, files = _load(model)
-        except NormfuseError as error:
-            if not several:
-                raise
-            loaded.append(error)
-            continue
-        loaded.append(item)
-        # MODEL itself may be replaced with --in-place, its external data never
-        protected |= external_files(item.model, item.base_dir) if args.in_place else files
+    if args.manifest is None and not batch.is_batch(args.models):
+        return _optimize_single(args, args.models[0])
+    return _optimize_batch(args)
+
+
+def _optimize_single(args: argparse.Namespace, model: Path) -> int:
+    destination = _output_path(args, model)
+    loaded, files = _load(model)
+    # MODEL itself may be replaced with --in-place, its external data never
+    protected = external_files(loaded.model, loaded.base_dir) if args.in_place else files
     stream = _human_stream(args)
     with OutputPlan(protected) as plan:
-        label = "--in-place" if args.in_place else "-o"
-        planned = [
-            None
-            if isinstance(item, NormfuseError)
-            else plan_save(
-                plan,
-                output,
-                item.model,
-                item.base_dir,
-                label,
-                args.in_place,
-                reference=args.reference_input_data,
-            )
-            for item, output in zip(loaded, destinations, strict=True)
-        ]
+        planned = plan_save(
+            plan,
+            destination,
+            loaded.model,
+            loaded.base_dir,
+            "--in-place" if args.in_place else "-o",
+            args.in_place,
+            reference=args.reference_input_data,
+        )
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         plot_path = _plan_plot(plan, args) if args.bench else None
         if args.bench or args.tune_for:
             _bench_options(args)  # bad timing options fail before any work
-        if not several:
-            outcome = _optimize_one(args, models[0], loaded[0], planned[0], plan, stream, plot_path)
-            record = outcome.report.as_dict() if outcome.report else {}
-            text = json.dumps({**record, **outcome.extra}, indent=2) + "\n"
-            _stage_text(plan, args.report, report_path, text)
-            _commit(plan)
-            if outcome.status == EXIT_OK:
-                _said_after_commit(printable(f"wrote {planned[0]}"), stream)
-            return outcome.status
-        dims = parse_dims(args.dims)
-        outcomes = []
-        for model, item, destination in zip(models, loaded, planned, strict=True):
-            if isinstance(item, NormfuseError):
-                outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(item)))
-                continue
-            if stream is sys.stdout and not args.quiet:  # progress, kept off stdout's table
-                print(printable(f"{model} ..."), file=sys.stderr)
-            own = argparse.Namespace(**{**vars(args), "dims": _own_dims(dims, model)})
-            try:
-                outcomes.append(_optimize_one(own, model, item, destination, plan, None, None))
-            except NormfuseError as error:
-                outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(error)))
-        print(batch.summary_table(outcomes), file=stream)
-        record = batch.combined_record(outcomes, normfuse.__version__)
-        _stage_text(plan, args.report, report_path, json.dumps(record, indent=2) + "\n")
+        outcome = _optimize_one(args, model, loaded, planned, plan, stream, plot_path)
+        record = outcome.report.as_dict() if outcome.report else {}
+        text = json.dumps({**record, **outcome.extra}, indent=2) + "\n"
+        _stage_text(plan, args.report, report_path, text)
         _commit(plan)
-    return batch.worst_status(outcomes)
+    if outcome.status == EXIT_OK:
+        _said_after_commit(printable(f"wrote {planned}"), stream)
+    return outcome.status
+
+
+def _optimize_batch(args: argparse.Namespace) -> int:
+    """Several models (or a manifest's): everything is checked before any work, every model is
+    processed, and the outputs are committed only when every model succeeded (the report also
+    when a check failed, as for one model)."""
+    found, notes = _batch_models(args)
+    destinations = batch.output_paths(
+        [entry.model for entry, _ in found], args.output, args.in_place
+    )
+    owns = _model_args(args, found, runs=bool(args.validate or args.bench or args.tune_for))
+    protected: set[Path] = set()
+    for entry, loaded in found:
+        files = external_files(loaded.model, loaded.base_dir)
+        protected |= files if args.in_place else {entry.model, *files}
+    stream = _human_stream(args)
+    with OutputPlan(protected) as plan:
+        label = "--in-place" if args.in_place else "-o"
+        planned = [
+            plan_save(
+                plan,
+                output,
+                loaded.model,
+                loaded.base_dir,
+                label,
+                args.in_place,
+                reference=args.reference_input_data,
+            )
+            for (_, loaded), output in zip(found, destinations, strict=True)
+        ]
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        if args.bench or args.tune_for:
+            _bench_options(args)  # bad timing options fail before any work
+        outcomes = []
+        for (entry, loaded), own, destination in zip(found, owns, planned, strict=True):
+            if stream is sys.stdout and not args.quiet:  # progress, kept off stdout's table
+                print(printable(f"{entry.model} ..."), file=sys.stderr)
+            result = _attempt(
+                own, _optimize_one, own, entry.model, loaded, destination, plan, None, None
+            )
+            if isinstance(result, str):
+                result = batch.Outcome(entry.model, destination, EXIT_USAGE, error=result)
+            outcomes.append(result)
+        status = batch.worst_status(outcomes)
+        written = status == EXIT_OK
+        if not written:  # a batch is written whole or not at all
+            plan.discard()
+            for outcome in outcomes:
+                if outcome.report is not None:
+                    outcome.report.output = None
+        print(batch.summary_table(outcomes, written, notes), file=stream)
+        record = batch.combined_record(outcomes, normfuse.__version__, written, notes)
+        _finish_batch(plan, args.report, report_path, record)
+    failed = sum(outcome.status != EXIT_OK for outcome in outcomes)
+    if status == EXIT_CHECK_FAILED:
+        print(
+            f"normfuse: validation failed for {failed} of {len(outcomes)} models; no model "
+            "written (a batch is written whole or not at all)",
+            file=sys.stderr,
+        )
+    return status
+
+
+def _batch_models(
+    args: argparse.Namespace,
+) -> tuple[list[tuple[manifest.Entry, LoadedModel]], list[str]]:
+    """The models of a batch, loaded, each as a manifest entry (one with no settings of its own
+    when they come from the command line), and notes on folder files skipped."""
+    if args.manifest is None:
+        found, notes = batch.collect(args.models)
+        return [(manifest.Entry(str(item.path), item.path), item.loaded) for item in found], notes
+    if args.models:
+        raise NormfuseError("--manifest lists the models; give no MODEL as well")
+    entries = manifest.read(args.manifest)
+    return [(entry, _entry_load(entry, entry.model)[0]) for entry in entries], []
+
+
+def _entry_load(entry: manifest.Entry, path: Path) -> tuple[LoadedModel, set[Path]]:
+    """`_load`, its error naming the manifest entry."""
+    try:
+        return _load(path)
+    except NormfuseError as error:
+        raise NormfuseError(f"{entry.label}: {error}") from None
+
+
+def _model_args(
+    args: argparse.Namespace,
+    found: list[tuple[manifest.Entry, LoadedModel]],
+    runs: bool,
+) -> list[argparse.Namespace]:
+    """Each model's options (the command line's, under its manifest entry's), checked before any
+    work: `--dims` names some model has and, where the command `runs` the models, each model's
+    dims and inputs against it."""
+    check_dims_across([loaded.model for _, loaded in found], parse_dims(args.dims))
+    owns = [manifest.apply(args, entry, symbolic_dims(loaded.model)) for entry, loaded in found]
+    if runs:
+        for (entry, loaded), own in zip(found, owns, strict=True):
+            _check_entry_inputs(entry, loaded, own)
+    return owns
+
+
+def _check_entry_inputs(
+    entry: manifest.Entry, loaded: LoadedModel, own: argparse.Namespace
+) -> None:
+    """A model's dims and inputs checked against it (no array made), the error naming its
+    entry."""
+    try:
+        check_inputs(loaded.model, parse_dims(own.dims), own.inputs)
+    except NormfuseError as error:
+        raise NormfuseError(f"{entry.label}: {error}") from None
+
+
+def _attempt(own: argparse.Namespace, work: Callable[..., T], *arguments: object) -> T | str:
+    """`work(*arguments)`, or the one-line error that stopped it (an ONNX Runtime failure with
+    the hint for the inputs in `own`)."""
+    try:
+        return work(*arguments)
+    except NormfuseError as error:
+        return str(error)
+    except _ORT_ERRORS as error:
+        return f"ONNX Runtime failed ({runtime_message(error)}); {_input_hint(own)}"
+
+
+def _finish_batch(
+    plan: OutputPlan, given: str | None, report_path: Path | None, record: dict
+) -> None:
+    """Print or stage the batch's record and commit, unless a model stopped with an error: then
+    nothing is written (the record still goes to standard output with `--report -`) and the
+    command fails with one line."""
+    text = json.dumps(record, indent=2) + "\n"
+    if record["status"] != EXIT_USAGE:
+        _stage_text(plan, given, report_path, text)
+        _commit(plan)
+        return
+    if report_path is None:
+        _stage_text(plan, given, None, text)
+    noun = "models" if "models" in record else "pairs"
+    failed = sum(outcome["status"] == EXIT_USAGE for outcome in record[noun])
+    raise NormfuseError(
+        f"{failed} of {len(record[noun])} {noun} stopped with an error; nothing written (a "
+        "batch is written whole or not at all)"
+    )
 
 
 def _check_optimize_options(args: argparse.Namespace) -> None:
     if args.output is not None and str(args.output) == STDOUT:
         raise NormfuseError("-o -: a model is not written to stdout; give a file or a folder")
+    if not args.models and args.manifest is None:
+        raise NormfuseError("give a MODEL, a folder of models, or --manifest FILE")
     given = [name for name in TIMING_OPTIONS if getattr(args, name, None) not in (None, False)]
     allowed = set(TIMING_OPTIONS) if args.bench else {"quiet"}
     if args.tune_for:
@@ -565,39 +711,45 @@ def _check_optimize_options(args: argparse.Namespace) -> None:
     if refused:
         names = ", ".join(f"--{name.replace('_', '-')}" for name in refused)
         raise NormfuseError(f"{names}: timing options need --bench")
-    if args.plot is not None and batch.is_batch(args.models):
+    unused = [
+        name
+        for name, uses in _RUN_OPTIONS.items()
+        if getattr(args, name) is not None and not any(getattr(args, use) for use in uses)
+    ]
+    if unused:
+        names = ", ".join(f"--{name}" for name in unused)
+        uses = [f"--{use.replace('_', '-')}" for use in _RUN_OPTIONS[unused[0]]]
+        needs = " or ".join([", ".join(uses[:-1]), uses[-1]] if len(uses) > 1 else uses)
+        raise NormfuseError(f"{names}: used only with {needs}, for the runs they make")
+    if args.plot is not None and (args.manifest is not None or batch.is_batch(args.models)):
         raise NormfuseError("--plot draws one model's timings; give one model")
     for stage in args.with_stages or ():
         ort_stage.parse_stage(stage)  # a typo is refused before any work
 
 
-def check_dims_across(models: list[Path], dims: dict[str, int]) -> None:
+# optimize's options for running models, and what runs them.
+_RUN_OPTIONS = {
+    "dims": ("validate", "bench", "tune_for"),
+    "inputs": ("validate", "bench", "tune_for"),
+    "seed": ("validate", "bench", "tune_for"),
+    "providers": ("validate", "bench"),
+    "atol": ("validate",),
+    "rtol": ("validate",),
+}
+
+
+def check_dims_across(models: list[onnx.ModelProto], dims: dict[str, int]) -> None:
     """Refuse `--dims` names that no model of a batch has, where some model has symbolic dims
     (each model gets the ones it has; one with none gets all, and a note)."""
     known: set[str] = set()
     for model in models:
-        known |= _symbolic_dims(model)
+        known |= symbolic_dims(model)
     unknown = sorted(set(dims) - known)
     if unknown and known:
         raise NormfuseError(
             f"--dims {', '.join(unknown)}: no input of any model has such a dimension; "
             f"their symbolic dims are: {', '.join(sorted(known)) or '(none)'}"
         )
-
-
-def _symbolic_dims(path: Path) -> set[str]:
-    try:
-        model = normfuse.io.model_io.load(path).model
-    except NormfuseError:
-        return set()  # reported when the model itself is processed
-    return symbolic_dims(model)
-
-
-def _own_dims(dims: dict[str, int], model: Path) -> list[str]:
-    """The `--dims` items a model of a batch has; all of them for a model without symbolic dims
-    (which notes that it ignores them)."""
-    own = _symbolic_dims(model)
-    return [f"{name}={size}" for name, size in dims.items() if name in own or not own]
 
 
 class _Discard:
@@ -792,6 +944,13 @@ def _bench_options(args: argparse.Namespace) -> BenchOptions:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.manifest is not None:
+        if args.plot is not None:
+            raise NormfuseError("--plot draws one bench's timings; not with --manifest")
+        _bench_options(args)  # bad timing options fail before any work
+        return _pairs(args, _bench_pair, {EXIT_OK: "ok", EXIT_USAGE: "error"})
+    if not args.models:
+        raise NormfuseError("give the MODELs to time, or --manifest FILE")
     loaded, inputs = [], set()
     for path in args.models:
         model, files = _load(path)
@@ -817,19 +976,124 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    inputs = _load(args.original)[1] | _load(args.candidate)[1]
+    if args.manifest is not None:
+        _validation_options(args)  # bad tolerances fail before any work
+        words = {EXIT_OK: "passed", EXIT_CHECK_FAILED: "FAILED", EXIT_USAGE: "error"}
+        return _pairs(args, _validate_pair, words)
+    if len(args.models) != 2:
+        raise NormfuseError(
+            f"validate takes ORIGINAL CANDIDATE (or --manifest FILE); got {len(args.models)} "
+            "model(s)"
+        )
+    original, candidate = args.models
+    inputs = _load(original)[1] | _load(candidate)[1]
     stream = _human_stream(args)
     with OutputPlan(inputs) as plan:
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         options = _validation_options(args)
-        report = normfuse.validate(args.original, args.candidate, options)
+        report = normfuse.validate(original, candidate, options)
         print(report.table(), file=stream)
-        data = {"original": str(args.original), "candidate": str(args.candidate)}
+        data = {"original": str(original), "candidate": str(candidate)}
         text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
         _stage_text(plan, args.report, report_path, text)
         _commit(plan)
     _said_after_commit("validation passed" if report.passed else "validation FAILED", stream)
     return EXIT_OK if report.passed else EXIT_CHECK_FAILED
+
+
+# One pair of a manifest: (options, model, candidate, their loaded forms, stream) -> (status,
+# the record for the pair).
+PairRun = Callable[
+    [argparse.Namespace, Path, Path, LoadedModel, LoadedModel, object], tuple[int, dict]
+]
+
+
+def _pairs(args: argparse.Namespace, run: PairRun, words: dict[int, str]) -> int:
+    """`validate` or `bench` over a manifest: each entry's model with its candidate (the entry's
+    `candidate`, else the file of the model's name in the folder given), everything checked
+    before any work; the record is written unless a pair stopped with an error."""
+    entries = manifest.read(args.manifest, pairs=True)
+    folder = _candidates_folder(args)
+    jobs, inputs = [], set()
+    for entry in entries:
+        candidate = _candidate(entry, folder)
+        model, model_files = _entry_load(entry, entry.model)
+        other, other_files = _entry_load(entry, candidate)
+        own = manifest.apply(args, entry, symbolic_dims(model.model))
+        _check_entry_inputs(entry, model, own)
+        jobs.append((own, entry.model, candidate, model, other))
+        inputs |= model_files | other_files
+    stream = _human_stream(args)
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        outcomes = []
+        for own, model_path, candidate, model, other in jobs:
+            print(printable(f"== {model_path} vs {candidate} =="), file=stream)
+            result = _attempt(own, run, own, model_path, candidate, model, other, stream)
+            if isinstance(result, str):
+                outcomes.append(batch.PairOutcome(model_path, candidate, EXIT_USAGE, error=result))
+            else:
+                outcomes.append(batch.PairOutcome(model_path, candidate, *result))
+        print(batch.pairs_table(outcomes, words), file=stream)
+        record = batch.pairs_record(outcomes, normfuse.__version__)
+        _finish_batch(plan, args.report, report_path, record)
+    return record["status"]
+
+
+def _candidates_folder(args: argparse.Namespace) -> Path | None:
+    """The folder given after `--manifest` (None: none), holding candidates by model name."""
+    if len(args.models) > 1 or (args.models and not args.models[0].is_dir()):
+        raise NormfuseError(
+            "with --manifest, give no MODEL, or one folder holding each candidate under its "
+            "model's file name"
+        )
+    return args.models[0] if args.models else None
+
+
+def _candidate(entry: manifest.Entry, folder: Path | None) -> Path:
+    """An entry's candidate: its own, else its model's file name in `folder`."""
+    if entry.candidate is not None:
+        return entry.candidate
+    if folder is None:
+        raise NormfuseError(
+            f"{entry.label}: no candidate; give candidate = PATH in the entry, or a folder of "
+            "candidates after --manifest"
+        )
+    candidate = folder / entry.model.name
+    if not candidate.is_file():
+        raise NormfuseError(f"{entry.label}: candidate {candidate}: no such file")
+    return candidate
+
+
+def _validate_pair(
+    own: argparse.Namespace,
+    model_path: Path,
+    candidate: Path,
+    model: LoadedModel,
+    other: LoadedModel,
+    stream,
+) -> tuple[int, dict]:
+    report = normfuse.validate(model_path, candidate, _validation_options(own))
+    print(report.table(), file=stream)
+    print("validation passed" if report.passed else "validation FAILED", file=stream)
+    return (EXIT_OK if report.passed else EXIT_CHECK_FAILED), report.as_dict()
+
+
+def _bench_pair(
+    own: argparse.Namespace,
+    model_path: Path,
+    candidate: Path,
+    model: LoadedModel,
+    other: LoadedModel,
+    stream,
+) -> tuple[int, dict]:
+    models = [
+        BenchModel(str(model_path), model.model, model.base_dir),
+        BenchModel(str(candidate), other.model, other.base_dir),
+    ]
+    report = run_bench(models, _bench_options(own))
+    print(report.table(), file=stream)
+    return EXIT_OK, report.as_dict()
 
 
 def _output_path(args: argparse.Namespace, model: Path) -> Path:
@@ -841,22 +1105,14 @@ def _output_path(args: argparse.Namespace, model: Path) -> Path:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    loaded, inputs = _load(args.model)
+    if batch.is_batch(args.models):
+        return _inspect_batch(args)
+    model_path = args.models[0]
+    loaded, inputs = _load(model_path)
     destination = STDOUT if args.json else args.report
     with OutputPlan(inputs) as plan:
         report_path = _plan(plan, destination, "--report", allow_stdout=True)
-        report = normfuse.inspect(
-            loaded.model,
-            target=args.target,
-            passes=args.passes,
-            base_dir=loaded.base_dir,
-            max_opset=args.max_opset,
-        )
-        report.input = str(args.model)
-        if destination != STDOUT:
-            types = tensor_types(loaded.model) if report.sites else {}
-            existing = fused_norm_nodes(loaded.model)
-            print(report.table(True, types, args.verbose, existing))
+        report = _inspect_one(args, model_path, loaded, destination != STDOUT)
         _stage_text(plan, destination, report_path, report.to_json())
         _commit(plan)
     if args.check and report.sites:
@@ -866,3 +1122,62 @@ def _inspect(args: argparse.Namespace) -> int:
         )
         return EXIT_CHECK_FAILED
     return EXIT_OK
+
+
+def _inspect_one(
+    args: argparse.Namespace, model_path: Path, loaded: LoadedModel, show: bool
+) -> normfuse.Report:
+    """One model's report, its table printed when `show`."""
+    report = normfuse.inspect(
+        loaded.model,
+        target=args.target,
+        passes=args.passes,
+        base_dir=loaded.base_dir,
+        max_opset=args.max_opset,
+    )
+    report.input = str(model_path)
+    if show:
+        types = tensor_types(loaded.model) if report.sites else {}
+        existing = fused_norm_nodes(loaded.model)
+        print(report.table(True, types, args.verbose, existing))
+    return report
+
+
+def _inspect_batch(args: argparse.Namespace) -> int:
+    """`inspect` of several models (a folder's): each one's table under its name, one combined
+    record, `--check` failing when any model has a site left."""
+    found, notes = batch.collect(args.models)
+    inputs: set[Path] = set()
+    for item in found:
+        inputs |= {item.path, *external_files(item.loaded.model, item.loaded.base_dir)}
+    destination = STDOUT if args.json else args.report
+    show = destination != STDOUT
+    with OutputPlan(inputs) as plan:
+        report_path = _plan(plan, destination, "--report", allow_stdout=True)
+        outcomes = []
+        for item in found:
+            if show:
+                print(printable(f"== {item.path} =="))
+            result = _attempt(args, _inspect_one, args, item.path, item.loaded, show)
+            if isinstance(result, str):
+                outcomes.append(batch.Outcome(item.path, None, EXIT_USAGE, error=result))
+            else:
+                status = EXIT_CHECK_FAILED if args.check and result.sites else EXIT_OK
+                outcomes.append(batch.Outcome(item.path, None, status, result))
+        if show:
+            for outcome in outcomes:
+                if outcome.error:
+                    print(printable(batch.error_line(outcome)))
+            for note in notes:
+                print(printable(f"note: {note}"))
+        record = batch.combined_record(outcomes, normfuse.__version__, None, notes)
+        _finish_batch(plan, destination, report_path, record)
+    left = [outcome for outcome in outcomes if outcome.status == EXIT_CHECK_FAILED]
+    if left:
+        sites = sum(len(outcome.report.sites) for outcome in left if outcome.report)
+        print(
+            f"normfuse: check failed: {sites} fusable site(s) left unfused in {len(left)} of "
+            f"{len(outcomes)} models",
+            file=sys.stderr,
+        )
+    return record["status"]

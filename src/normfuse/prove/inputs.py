@@ -1,8 +1,10 @@
 """Inputs for running a model: from its signature, `--dims`, and an optional `.npz` of overrides.
 
-Symbolic dimensions take their value from `dims`; a batch-like one (named like `batch`, or the
-unnamed first axis) defaults to 1 and the default is reported; any other undecided dimension is an
-error that names it, and so is a `dims` name no input has. Float inputs are drawn from a seeded
+Symbolic dimensions take their value from `dims`; one the model declares as arithmetic over its
+other input dims (optimum's `past_sequence_length + sequence_length`) is computed from them; a
+batch-like one (named like `batch`, or the unnamed first axis) defaults to 1 and the default is
+reported; any other undecided dimension is an error that names it and the inputs it sizes, and so
+is a `dims` name no input has. Float inputs are drawn from a seeded
 normal distribution; position ids (an integer input named like `position_ids`) count 0, 1, ... along
 their last axis in every row, as a model sees them (rotary embeddings are exercised); other integer
 inputs that index a `Gather` (token and token-type ids) are drawn inside the indexed table; masks
@@ -27,8 +29,10 @@ import onnx
 
 from normfuse.errors import NormfuseError
 from normfuse.ir.scopes import overridable
+from normfuse.prove import dim_expressions
 
 MAX_DIM = 2**31 - 1
+MAX_SEED = 2**63 - 1
 # The size of a symbolic dim that is not batch-like in a run that only proves a model runs.
 PROBE_DIM = 3
 # Generated and loaded inputs together may take this many bytes (checked before allocating).
@@ -127,6 +131,7 @@ def _plan_inputs(
 ) -> _InputPlan:
     """Check `dims` and `npz` against `model`; with `read`, the `.npz` arrays are read too."""
     notes = check_dims(model, dims)
+    dims = _derived_dims(model, dims)
     signature = graph_inputs(model)
     dtypes = {info.name: _input_dtype(info) for info in signature}
     overrides: dict[str, np.ndarray] = {}
@@ -141,7 +146,7 @@ def _plan_inputs(
         ]
         dtypes.update({info.name: _input_dtype(info) for info in defaults})
         overrides, given = _load_npz(npz, [*signature, *defaults], dtypes, dims, notes, read)
-    _require_named_dims([info for info in signature if info.name not in given], dims)
+    _require_named_dims(model, [info for info in signature if info.name not in given], dims)
     shapes = {
         info.name: _concrete_shape(info, dims, notes)
         for info in signature
@@ -182,25 +187,112 @@ def input_shapes(
     """The concrete shape of every graph input for `dims` (as `make_inputs` feeds them), and notes
     on the defaults taken."""
     notes = check_dims(model, dims or {})
-    _require_named_dims(graph_inputs(model), dims or {})
-    shapes = {info.name: _concrete_shape(info, dims or {}, notes) for info in graph_inputs(model)}
+    dims = _derived_dims(model, dims or {})
+    _require_named_dims(model, graph_inputs(model), dims)
+    shapes = {info.name: _concrete_shape(info, dims, notes) for info in graph_inputs(model)}
     return shapes, notes
 
 
-def _require_named_dims(infos: list[onnx.ValueInfoProto], dims: dict[str, int]) -> None:
+def _derived_dims(model: onnx.ModelProto, dims: dict[str, int]) -> dict[str, int]:
+    """`dims` and every input dim `model` declares as an expression over its other input dims,
+    computed where each of those is given (a batch-like one not given counts 1, as it is fed);
+    a given value that disagrees with the model's own expression is refused."""
+    sizes = dict(dims)
+    for name, expression in _expressions(model).items():
+        parts = {
+            part: dims.get(part, 1 if _BATCH_LIKE.search(part) else None)
+            for part in expression.names
+        }
+        if None in parts.values():
+            continue  # `_require_named_dims` names what is missing
+        value = expression.value(parts)
+        given = ", ".join(f"{part}={size}" for part, size in parts.items())
+        if not 0 <= value <= MAX_DIM:
+            raise NormfuseError(f"dimension {name!r} would be {value} with {given}")
+        if name in dims and dims[name] != value:
+            raise NormfuseError(
+                f"--dims {name}={dims[name]} contradicts the model: {name!r} is {value} with "
+                f"{given}"
+            )
+        sizes[name] = value
+    return sizes
+
+
+def _expressions(model: onnx.ModelProto) -> dict[str, dim_expressions.Expression]:
+    """The input dims of `model` that are expressions over its other input dims."""
+    names = symbolic_dims(model)
+    parsed = {name: dim_expressions.parse(name, names) for name in sorted(names)}
+    return {name: expression for name, expression in parsed.items() if expression is not None}
+
+
+def _require_named_dims(
+    model: onnx.ModelProto, infos: list[onnx.ValueInfoProto], dims: dict[str, int]
+) -> None:
     """Refuse, in one message, every named symbolic dim of `infos` that `dims` does not give and
-    that is not batch-like (which defaults to 1), so that one run says all that is missing."""
-    missing: list[str] = []
+    that is not batch-like (which defaults to 1), so that one run says all that is missing, with
+    the inputs each one sizes; an expression dim asks for the dims it is computed from."""
+    expressions = _expressions(model)
+    places: dict[str, list[str]] = {}
+    derived: dict[str, list[str]] = {}  # what an expression dim needs, and where it is
+    follows: list[str] = []
     for info in infos:
-        for dim in info.type.tensor_type.shape.dim:
+        for axis, dim in enumerate(info.type.tensor_type.shape.dim):
             name = dim.dim_param
-            if name and name not in dims and not _BATCH_LIKE.search(name) and name not in missing:
-                missing.append(name)
-    if len(missing) > 1:
-        raise NormfuseError(
-            f"dimensions {', '.join(repr(name) for name in missing)} are not known; set them "
-            f"with --dims {','.join(f'{name}=N' for name in missing)}"
-        )
+            if not name or dim.HasField("dim_value") or name in dims:
+                continue
+            place = f"{info.name}[{axis}]"
+            if name in expressions:
+                follows.append(f"{place} is {name!r} and follows from them")
+                for part in expressions[name].names:
+                    derived.setdefault(part, []).append(place)
+            elif not _BATCH_LIKE.search(name):
+                places.setdefault(name, []).append(place)
+    for part, found in derived.items():  # a part sized by no input but through an expression
+        if part not in dims and part not in places and not _BATCH_LIKE.search(part):
+            places[part] = found
+    if not places:
+        return
+    where = "; ".join(f"{name}: {_first_places(found)}" for name, found in places.items())
+    assign = ",".join(f"{name}=N" for name in places)
+    if len(places) == 1:
+        message = f"dimension {next(iter(places))!r} is not known; set it with --dims {assign}"
+    else:
+        quoted = ", ".join(repr(name) for name in places)
+        message = f"dimensions {quoted} are not known; set them with --dims {assign}"
+    hint = _mask_hint(model, places, dims)
+    raise NormfuseError("; ".join([f"{message} ({where})", *dict.fromkeys(follows), *hint]))
+
+
+def _first_places(places: list[str], shown: int = 2) -> str:
+    more = len(places) - shown
+    return ", ".join(places[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _mask_hint(
+    model: onnx.ModelProto, missing: dict[str, list[str]], dims: dict[str, int]
+) -> list[str]:
+    """A hint, from names only, for a missing dim that sizes nothing but attention masks, where
+    the model's outputs declare a length over its input dims (a KV-cache decoder's presents):
+    the mask usually spans that length (its value too, where `dims` gives its parts)."""
+    masks = [name for name, places in missing.items() if all("mask" in p.lower() for p in places)]
+    if not masks:
+        return []
+    names = symbolic_dims(model)
+    for info in model.graph.output:
+        for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+            expression = dim_expressions.parse(dim.dim_param, names) if dim.dim_param else None
+            if expression is None:
+                continue
+            value = ""
+            if set(expression.names) <= set(dims):
+                given = ", ".join(f"{part}={dims[part]}" for part in expression.names)
+                value = f", {expression.value(dims)} with {given}"
+            return [
+                f"hint: {', '.join(masks)} sizes a mask; in a KV-cache decoder it usually spans "
+                f"the past and new tokens, which output {info.name}[{axis}] declares as "
+                f"{dim.dim_param!r}{value}"
+            ]
+    return []
 
 
 def check_dims(model: onnx.ModelProto, dims: dict[str, int]) -> list[str]:
@@ -343,11 +435,10 @@ def _concrete_shape(info: onnx.ValueInfoProto, dims: dict[str, int], notes: list
             if note not in notes:
                 notes.append(note)
             shape.append(1)
-        else:
-            label = repr(dim.dim_param) if dim.dim_param else f"unnamed axis {axis}"
+        else:  # a named one is refused earlier, with every other (`_require_named_dims`)
             raise NormfuseError(
-                f"input {info.name!r}: dimension {label} is not known; set it with --dims "
-                f"{dim.dim_param or 'NAME'}=N"
+                f"input {info.name!r}: dimension unnamed axis {axis} is not known; set it with "
+                "--dims NAME=N"
             )
     return shape
 
