@@ -1,1 +1,4 @@
-"""io: TODO."""
+"""io: files. Loading a model and the files it references (read-only, never written), planning
+and committing outputs atomically (staged beside their destination, renamed at the end, removed
+on any error or signal), and the weightless skeleton of a model. Imports nothing of normfuse but
+`errors`."""
