@@ -219,7 +219,7 @@ def run_cli(capfd: pytest.CaptureFixture, *args: str) -> CliRun:
     descriptors (ONNX Runtime's native log too), with every warning raised that a fresh
     interpreter would print appended to stderr. An uncaught exception propagates (a traceback
     fails the test)."""
-    from normfuse.cli.commands import main
+    from normfuse.cli.main import main
 
     capfd.readouterr()
     with warnings.catch_warnings(record=True) as caught:

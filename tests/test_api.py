@@ -96,3 +96,11 @@ def test_every_example_in_the_python_api_page_runs(monkeypatch: pytest.MonkeyPat
     monkeypatch.chdir(root)
     for block in blocks:
         exec(compile(block, "docs/python-api.md", "exec"), {})
+
+
+def test_the_light_pass_names_are_the_passes_in_driver_order() -> None:
+    """`match.pass_names` (what `--help` reads without importing the passes) names exactly the
+    passes, in the order the driver runs them."""
+    from normfuse.passes import ALL_PASSES, PASS_NAMES
+
+    assert tuple(fusion_pass.name for fusion_pass in ALL_PASSES) == PASS_NAMES

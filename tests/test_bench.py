@@ -13,7 +13,7 @@ import pytest
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse.cli.commands import main
+from normfuse.cli.main import main
 from normfuse.measure import bench
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -440,7 +440,7 @@ def test_bench_time_budget_through_the_cli(
     already spends the budget, whatever the machine's load."""
     import itertools
 
-    from normfuse.cli import commands as cli
+    from normfuse.cli import shared as cli
 
     ticks = itertools.count()
     real = cli.BenchOptions

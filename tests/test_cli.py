@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builders import LAYER_NORM_NEGATIVES, LayerNormSpec, norm_model
-from normfuse.cli.commands import main
+from normfuse.cli.main import main
 
 BERT = Path(__file__).resolve().parent.parent / "models" / "real" / "bert_opset14.onnx"
 
@@ -503,7 +503,7 @@ def test_a_batch_with_a_failed_check_writes_its_report_and_no_model(
 ) -> None:
     """A model whose check fails (exit 1) withholds the whole batch's models, even those
     already staged; the report is written, as for one model."""
-    from normfuse.cli import commands as cli
+    from normfuse.cli import optimize_command as cli
 
     real = cli._optimize_one
 
@@ -893,12 +893,12 @@ def test_a_reader_gone_after_the_commit_does_not_fail_a_written_model() -> None:
     commit to a pipe nobody reads is dropped, and so is the rest of that stream's output."""
     import os
 
-    from normfuse.cli.commands import _said_after_commit
+    from normfuse.cli.shared import said_after_commit
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone
     with os.fdopen(write_end, "w") as stream:
-        _said_after_commit("wrote o.onnx", stream)  # no BrokenPipeError
+        said_after_commit("wrote o.onnx", stream)  # no BrokenPipeError
         print("more", file=stream)  # now goes nowhere
         stream.flush()
 

@@ -107,8 +107,8 @@ def test_the_command_line_and_the_package_load_no_onnx_library_at_start():
     import sys
 
     code = (
-        "import sys, normfuse, normfuse.cli.commands as c\n"
-        "c.build_parser()\n"
+        "import sys, normfuse, normfuse.cli.main, normfuse.cli.parser as p\n"
+        "p.build_parser()\n"
         "print(sorted(m for m in ('onnx', 'onnxruntime', 'onnx_graphsurgeon') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from models.kv_feeds import export_feeds
-from normfuse.cli.commands import main
+from normfuse.cli.main import main
 from normfuse.errors import NormfuseError
 from normfuse.prove import dim_expressions
 from normfuse.prove.inputs import input_shapes

@@ -141,7 +141,7 @@ def test_output_in_the_source_folder(tmp_path: Path, reference: bool) -> None:
 
 
 def test_in_place_with_external_data_keeps_the_data_file(tmp_path: Path) -> None:
-    from normfuse.cli.commands import main
+    from normfuse.cli.main import main
 
     source = save_external(tmp_path)
     assert main(["optimize", str(source), "--in-place"]) == 0

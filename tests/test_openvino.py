@@ -14,7 +14,7 @@ from helpers import random_inputs, run
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse.cli.commands import main
+from normfuse.cli.main import main
 from normfuse.errors import NormfuseError
 from normfuse.measure import bench
 from normfuse.prove import openvino_runtime, sessions

@@ -13,7 +13,7 @@ import pytest
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse.cli.commands import main
+from normfuse.cli.main import main
 from normfuse.match import norm_checks
 from normfuse.prove import sessions
 from normfuse.prove.compare import compare_output

@@ -1,983 +1,77 @@
-"""The `normfuse` command line: parse, call the API, print, and choose the exit code.
-
-Exit codes: 0 success; 1 a check failed (numerics differ, `inspect --check` found unfused sites);
-2 bad usage or an input that cannot be used. Expected errors print one line on stderr, never a
-traceback.
-"""
+"""`normfuse inspect`, `validate`, `bench` and `tune`: one model (or pair) or a batch of them."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import difflib
 import json
-import math
-import os
 import sys
-import textwrap
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
-
-import onnx
-import onnxruntime as ort
-from onnx_graphsurgeon.logger.logger import G_LOGGER
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
-from normfuse.cli import batch, manifest
+from normfuse.cli import batch, manifest, shared
+from normfuse.cli.parser import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from normfuse.driver.report import fused_norm_nodes
-from normfuse.errors import NormfuseError, debugging, printable, runtime_message
+from normfuse.errors import NormfuseError, printable
 from normfuse.facts.shapes import tensor_types
-from normfuse.io import outputs
-from normfuse.io.model_io import LoadedModel, external_files, plan_save, stage_save
+from normfuse.io.model_io import LoadedModel, external_files
 from normfuse.io.outputs import STDOUT, OutputPlan
-from normfuse.measure.bench import BenchModel, BenchOptions
+from normfuse.measure.bench import BenchModel
 from normfuse.measure.bench import run as run_bench
-from normfuse.measure.plot import plot_ratios, require_matplotlib
+from normfuse.measure.plot import plot_ratios
 from normfuse.measure.tune import tune
-from normfuse.prove.inputs import MAX_SEED, check_inputs, input_hint, parse_dims, symbolic_dims
-from normfuse.prove.sessions import parse_providers
-from normfuse.stages import ort_transformers as ort_stage
+from normfuse.prove.inputs import symbolic_dims
 
-T = TypeVar("T")
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143
-MAX_RUNS, MAX_THREADS = 1_000_000, 1024
-MAX_TIME_BUDGET = 86_400.0  # seconds: a day
-COMMANDS = ("optimize", "inspect", "validate", "bench", "tune")
-_ORT_ERRORS = tuple(
-    getattr(ort_state, name)
-    for name in ("Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "EPFail")
-    if hasattr(ort_state, name)
-)
-EXIT_CODES = (
-    "exit codes: 0 success; 1 a check failed (numerics differ, inspect --check found unfused "
-    "sites; for several models, the worst status of any); 2 bad usage or an input that cannot be "
-    "used (one line on stderr, no output left behind); 130 interrupted (SIGINT), 143 terminated "
-    "(SIGTERM), uncommitted outputs removed (once outputs are being committed, both signals are "
-    "ignored and the command finishes)"
-)
-JSON_NOTE = (
-    "JSON: --report FILE writes the command's JSON record to FILE, or to stdout with "
-    "--report - (then nothing else is printed); inspect --json is the same as --report -."
-)
-EXAMPLES = {
-    "optimize": [
-        "normfuse optimize model.onnx -o fused.onnx --validate --dims sequence=128",
-        "normfuse optimize a.onnx b.onnx -o fused/ --report -    # several models",
-        "normfuse optimize models/ -o fused/                     # every *.onnx in models/",
-        "normfuse optimize model.onnx -o fused.onnx --tune-for cpu --dims sequence=128",
-        "normfuse optimize model.onnx -o fused.onnx --with ort-transformers",
-        "normfuse optimize --manifest models.toml -o fused/ --validate  # dims per model",
-    ],
-    "inspect": [
-        "normfuse inspect model.onnx",
-        "normfuse inspect fused.onnx --check",
-        "normfuse inspect models/                               # every *.onnx in models/",
-    ],
-    "validate": [
-        "normfuse validate model.onnx fused.onnx --dims sequence=128",
-        "normfuse validate --manifest models.toml fused/        # each with fused/<its name>",
-    ],
-    "bench": [
-        "normfuse bench model.onnx fused.onnx --dims sequence=128 --plot bench.png",
-        "normfuse bench --manifest models.toml fused/ --threads 1",
-    ],
-    "tune": ["normfuse tune fused.onnx --dims sequence=128"],
-}
-TIMING_OPTIONS = (
-    "warmup",
-    "runs",
-    "threads",
-    "sessions",
-    "time_budget",
-    "level",
-    "plot",
-    "quiet",
-)
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors as one line (exit 2)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        text = printable(f"{message} (see {self.prog} --help)")
-        print(f"normfuse: error: {text}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
-def _epilog(*commands: str) -> str:
-    lines = [textwrap.fill(EXIT_CODES, 88), "", "examples:"]
-    lines += [f"  {line}" for command in commands for line in EXAMPLES[command]]
-    return "\n".join([*lines, "", textwrap.fill(JSON_NOTE, 88)])
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
-    parser = _Parser(
-        prog="normfuse",
-        description=normfuse.__doc__.splitlines()[0],
-        epilog=_epilog(*COMMANDS),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"normfuse {normfuse.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    helps = {
-        "optimize": "fuse norm subgraphs, write new model(s)",
-        "inspect": "list fusable sites and near-misses",
-        "validate": "compare a candidate with the original",
-        "bench": "batch-one latency of models, side by side",
-        "tune": "fastest ORT session settings, by measurement",
-    }
-    adders = {
-        "optimize": _add_optimize,
-        "inspect": _add_inspect,
-        "validate": _add_validate,
-        "bench": _add_bench,
-        "tune": _add_tune,
-    }
-    for name in COMMANDS:
-        adders[name](
-            commands.add_parser(
-                name,
-                help=helps[name],
-                description=helps[name],
-                epilog=_epilog(name),
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-            )
-        )
-    return parser
-
-
-def _add_model_options(sub: argparse.ArgumentParser, manifest: bool = False) -> None:
-    from normfuse.passes import DEFAULT_PASS_NAMES, PASS_NAMES
-
-    sub.add_argument(
-        "models",
-        type=Path,
-        nargs="*" if manifest else "+",
-        metavar="MODEL",
-        help="ONNX model(s) to read; a folder stands for the *.onnx files in it"
-        + (" (none with --manifest)" if manifest else ""),
-    )
-    if manifest:
-        _add_manifest_option(sub)
-    sub.add_argument(
-        "--target",
-        choices=["ort", "onnx"],
-        default="ort",
-        help="ort: ONNX Runtime operators allowed (default); onnx: standard only",
-    )
-    sub.add_argument(
-        "--passes",
-        default=None,
-        type=_pass_names,
-        help=f"comma-separated, of {','.join(PASS_NAMES)} (default {','.join(DEFAULT_PASS_NAMES)})",
-    )
-    sub.add_argument(
-        "--max-opset",
-        type=int,
-        metavar="N",
-        help="never raise the model's opset above N (what the deployment runtime loads); a site "
-        "that needs more is left (opset-too-low)",
-    )
-
-
-def _pass_names(text: str) -> str:
-    """`--passes` as given, refused when it names no pass (an empty value ran nothing, rc 0)."""
-    if not any(name.strip() for name in text.split(",")):
-        raise argparse.ArgumentTypeError("names no pass")
-    return text
-
-
-def _add_manifest_option(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "--manifest",
-        type=Path,
-        metavar="FILE",
-        help="a .json or .toml list of models, each with its own settings (dims, inputs, seed, "
-        "passes, ...); options given here are the defaults an entry overrides",
-    )
-
-
-def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
-    sub.add_argument(
-        "--report", metavar="FILE", help=f"write {what} as JSON to FILE (- for stdout)"
-    )
-
-
-def _add_optimize(sub: argparse.ArgumentParser) -> None:
-    _add_model_options(sub, manifest=True)
-    destination = sub.add_mutually_exclusive_group(required=True)
-    destination.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        metavar="OUT",
-        help="where to write the optimised model (a folder, which must exist, for several models)",
-    )
-    destination.add_argument("--in-place", action="store_true", help="replace each MODEL itself")
-    sub.add_argument(
-        "--reference-input-data",
-        action="store_true",
-        help="let the output read MODEL's external-data file where it is instead of writing "
-        "OUT.data (the output then breaks if that file is deleted; said in the report)",
-    )
-    _add_report_option(sub, "the report (several models: one combined record)")
-    sub.add_argument(
-        "--validate",
-        action="store_true",
-        help="check each site alone (rolling back failures) and the whole model",
-    )
-    sub.add_argument(
-        "--refuse-repairs",
-        action="store_true",
-        help="leave decomposed every site whose output differs from the original's, even where "
-        "it is nearer float64 (default: kept and reported as a repair)",
-    )
-    sub.add_argument(
-        "--with",
-        dest="with_stages",
-        action="append",
-        metavar="STAGE",
-        help="run a tool before the passes, its output proved against MODEL and its failing "
-        "options turned off (reported): ort-transformers[:MODEL_TYPE], ONNX Runtime's "
-        "transformers optimizer (model type inferred unless given; loads on --providers; "
-        "needs sympy)",
-    )
-    sub.add_argument(
-        "--bench", action="store_true", help="time the original and the result side by side"
-    )
-    sub.add_argument(
-        "--tune-for",
-        choices=["cpu", "cuda"],
-        help="choose each site's form (Skip* or not, fused or not) by timing there, at --dims",
-    )
-    _add_input_options(sub)
-    _add_tolerance_options(sub)
-    timing = sub.add_argument_group(
-        "timing (need --bench; --warmup, --runs and --threads also apply to --tune-for's hint)"
-    )
-    _add_bench_options(timing, report=False)
-
-
-def _add_inspect(sub: argparse.ArgumentParser) -> None:
-    _add_model_options(sub)
-    sub.add_argument("--json", action="store_true", help="print the report as JSON (= --report -)")
-    sub.add_argument(
-        "--verbose", action="store_true", help="list the nodes each site replaces (JSON has them)"
-    )
-    _add_report_option(sub, "the report")
-    sub.add_argument(
-        "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
-    )
-
-
-def _add_validate(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "models",
-        type=Path,
-        nargs="*",
-        metavar="MODEL",
-        help="ORIGINAL CANDIDATE: the reference model (e.g. before optimize) and the model to "
-        "check against it; with --manifest, none, or a folder holding each candidate under its "
-        "model's file name",
-    )
-    _add_manifest_option(sub)
-    _add_report_option(sub, "the comparison")
-    _add_input_options(sub)
-    _add_tolerance_options(sub)
-
-
-def _add_bench(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "models",
-        type=Path,
-        nargs="*",
-        metavar="MODEL",
-        help="models with the same inputs; ratios are to the first; with --manifest, none, or a "
-        "folder holding each candidate under its model's file name",
-    )
-    _add_manifest_option(sub)
-    _add_input_options(sub)
-    _add_bench_options(sub)
-
-
-def _add_tune(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("model", type=Path, help="the ONNX model to time")
-    _add_input_options(sub)
-    _add_bench_options(sub, levels=False, plot=False)
-
-
-def _add_input_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "--providers", help="cpu, cuda, openvino or a list like cpu,openvino (default cpu)"
-    )
-    sub.add_argument(
-        "--dims",
-        action="append",
-        metavar="NAME=N",
-        help="symbolic dimension sizes; repeatable or comma-separated (unknown names are an error)",
-    )
-    sub.add_argument("--inputs", type=Path, metavar="FILE.npz", help="input arrays by name")
-    sub.add_argument("--seed", type=int, help="seed for generated inputs (default 0)")
-
-
-def _add_tolerance_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--atol", type=float, help="absolute tolerance (default: by output dtype)")
-    sub.add_argument("--rtol", type=float, help="relative tolerance (default: by output dtype)")
-
-
-def _add_bench_options(
-    sub: argparse.ArgumentParser | argparse._ArgumentGroup,
-    levels: bool = True,
-    plot: bool = True,
-    report: bool = True,
-) -> None:
-    sub.add_argument("--warmup", type=int, help="untimed runs each (default 20)")
-    sub.add_argument("--runs", type=int, help="timed runs each (default 200)")
-    sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
-    sub.add_argument(
-        "--sessions",
-        type=int,
-        help="fresh sessions per model, runs split over them (default 6; one per 10 runs at most)",
-    )
-    sub.add_argument(
-        "--time-budget",
-        type=float,
-        metavar="SECONDS",
-        help="stop timing after the session set that would overrun SECONDS (all levels together;"
-        " the first set always runs)",
-    )
-    if levels:
-        sub.add_argument(
-            "--level",
-            action="append",
-            choices=["disable", "basic", "extended", "all"],
-            help="ORT optimisation level; repeatable (default all)",
-        )
-    if report:
-        _add_report_option(sub, "the timings")
-        sub.add_argument("--json", dest="report", metavar="FILE", help=argparse.SUPPRESS)
-    if plot:
-        sub.add_argument(
-            "--plot", type=Path, metavar="FILE.png", help="ratio-to-first chart (needs matplotlib)"
-        )
-    sub.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress display (timing progress; optimize: also a batch's per-model lines)",
-    )
-
-
-def program() -> int:
-    """The `normfuse` executable (and `python -m normfuse`): `main` for a process that exits
-    with the returned status, so SIGINT and SIGTERM stay ignored after the commit, through the
-    interpreter's shutdown."""
-    return main(keep_signals_ignored=True)
-
-
-def main(argv: list[str] | None = None, keep_signals_ignored: bool = False) -> int:
-    """Run the command line; returns the exit code. Every error is one line on stderr; SIGINT
-    and SIGTERM before the commit remove what was staged and exit 130 and 143; from the commit on
-    they are ignored and the command exits with its own status (see `normfuse.io.outputs`). The
-    signal handlers are restored on return unless `keep_signals_ignored` and a commit ran."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    mistyped = _mistyped_command(argv)
-    if mistyped:
-        return _fail(mistyped, EXIT_USAGE)
-    args = build_parser().parse_args(argv)
-    G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
-    ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
-    with outputs.command_signals(keep_after_commit=keep_signals_ignored):
-        try:
-            _check_standard_streams()
-            code = _run(args)
-            sys.stdout.flush()
-            return code
-        except NormfuseError as error:
-            return _fail(str(error), EXIT_USAGE)
-        except KeyboardInterrupt:
-            return _fail("interrupted (SIGINT); uncommitted outputs removed", EXIT_SIGINT)
-        except outputs.Terminated:
-            return _fail("terminated (SIGTERM); uncommitted outputs removed", EXIT_SIGTERM)
-        except _ORT_ERRORS as error:  # the model cannot run on these inputs (dims, dtypes)
-            hint = _input_hint(args)
-            return _fail(f"ONNX Runtime failed ({runtime_message(error)}); {hint}", EXIT_USAGE)
-        except OSError as error:  # standard output closed or full, a broken pipe
-            where = error.filename or "cannot write output"
-            return _fail(f"{where}: {error.strerror or error}", EXIT_USAGE)
-        except Exception as error:  # last resort: one line, the traceback with NORMFUSE_DEBUG=1
-            if debugging():
-                raise
-            text = " ".join(str(error).split())[:200]
-            return _fail(
-                f"cannot process this input ({type(error).__name__}: {text}); set "
-                "NORMFUSE_DEBUG=1 for the traceback",
-                EXIT_USAGE,
-            )
-
-
-def _mistyped_command(argv: list[str]) -> str | None:
-    """For `normfuse valdate ...` or `normfuse --validate ...`: a line naming the command meant."""
-    if not argv or argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version"):
-        return None
-    word = argv[0].lstrip("-")
-    close = difflib.get_close_matches(word, COMMANDS, n=1, cutoff=0.6)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return f"unknown command {argv[0]!r}{hint} (commands: {', '.join(COMMANDS)})"
-
-
-def _run(args: argparse.Namespace) -> int:
-    if args.command == "optimize":
-        return _optimize(args)
-    if args.command == "validate":
-        return _validate(args)
-    if args.command == "bench":
-        return _bench(args)
-    if args.command == "tune":
-        return _tune(args)
-    return _inspect(args)
-
-
-def _input_hint(args: argparse.Namespace) -> str:
-    """`inputs.input_hint` for the --dims and --inputs this command was given."""
-    try:
-        dims = parse_dims(getattr(args, "dims", None))
-    except NormfuseError:
-        dims = {}
-    npz = getattr(args, "inputs", None)
-    return input_hint(dims, None if npz is None else str(npz))
-
-
-def _fail(message: str, code: int) -> int:
-    """Print `normfuse: error: message` and return `code`; standard output, if it failed, is
-    pointed at /dev/null so that the interpreter's exit flush stays silent."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError, AttributeError):
-        _silence_stdout()
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(f"normfuse: error: {printable(message)}", file=sys.stderr)
-    return code
-
-
-def _check_standard_streams() -> None:
-    """Descriptors 0-2 are kept open (on /dev/null) so that no output file can take their
-    number; a closed standard output is an error."""
-    closed = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            closed.append(fd)
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-    if 1 in closed or sys.stdout is None:
-        raise NormfuseError("standard output is closed")
-
-
-def _silence_stdout() -> None:
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (OSError, ValueError, AttributeError):
-        return
-
-
-def _validation_options(args: argparse.Namespace) -> normfuse.ValidationOptions:
-    for name in ("atol", "rtol"):
-        value = getattr(args, name)
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise NormfuseError(f"--{name} must be a finite number >= 0, got {value}")
-    return normfuse.ValidationOptions(
-        providers=tuple(parse_providers(args.providers)),
-        dims=parse_dims(args.dims),
-        seed=_seed(args),
-        npz=None if args.inputs is None else str(args.inputs),
-        atol=args.atol,
-        rtol=args.rtol,
-    )
-
-
-def _seed(args: argparse.Namespace) -> int:
-    if args.seed is None:
-        return 0
-    if not 0 <= args.seed <= MAX_SEED:
-        raise NormfuseError(f"--seed must be between 0 and {MAX_SEED}, got {args.seed}")
-    return args.seed
-
-
-def _load(path: Path) -> tuple[LoadedModel, set[Path]]:
-    """A model and the files it was read from (never to be written)."""
-    loaded = normfuse.io.model_io.load(path)
-    return loaded, {path, *external_files(loaded.model, loaded.base_dir)}
-
-
-def _optimize(args: argparse.Namespace) -> int:
-    _check_optimize_options(args)
-    if args.manifest is None and not batch.is_batch(args.models):
-        return _optimize_single(args, args.models[0])
-    return _optimize_batch(args)
-
-
-def _optimize_single(args: argparse.Namespace, model: Path) -> int:
-    destination = _output_path(args, model)
-    loaded, files = _load(model)
-    # MODEL itself may be replaced with --in-place, its external data never
-    protected = external_files(loaded.model, loaded.base_dir) if args.in_place else files
-    stream = _human_stream(args)
-    with OutputPlan(protected) as plan:
-        planned = plan_save(
-            plan,
-            destination,
-            loaded.model,
-            loaded.base_dir,
-            "--in-place" if args.in_place else "-o",
-            args.in_place,
-            reference=args.reference_input_data,
-        )
-        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
-        plot_path = _plan_plot(plan, args) if args.bench else None
-        if args.bench or args.tune_for:
-            _bench_options(args)  # bad timing options fail before any work
-        outcome = _optimize_one(args, model, loaded, planned, plan, stream, plot_path)
-        record = outcome.report.as_dict() if outcome.report else {}
-        text = json.dumps({**record, **outcome.extra}, indent=2) + "\n"
-        _stage_text(plan, args.report, report_path, text)
-        _commit(plan)
-    if outcome.status == EXIT_OK:
-        _said_after_commit(printable(f"wrote {planned}"), stream)
-    return outcome.status
-
-
-def _optimize_batch(args: argparse.Namespace) -> int:
-    """Several models (or a manifest's): everything is checked before any work, every model is
-    processed, and the outputs are committed only when every model succeeded (the report also
-    when a check failed, as for one model)."""
-    found, notes = _batch_models(args)
-    destinations = batch.output_paths(
-        [entry.model for entry, _ in found], args.output, args.in_place
-    )
-    owns = _model_args(args, found, runs=bool(args.validate or args.bench or args.tune_for))
-    protected: set[Path] = set()
-    for entry, loaded in found:
-        files = external_files(loaded.model, loaded.base_dir)
-        protected |= files if args.in_place else {entry.model, *files}
-    stream = _human_stream(args)
-    with OutputPlan(protected) as plan:
-        label = "--in-place" if args.in_place else "-o"
-        planned = [
-            plan_save(
-                plan,
-                output,
-                loaded.model,
-                loaded.base_dir,
-                label,
-                args.in_place,
-                reference=args.reference_input_data,
-            )
-            for (_, loaded), output in zip(found, destinations, strict=True)
-        ]
-        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
-        if args.bench or args.tune_for:
-            _bench_options(args)  # bad timing options fail before any work
-        outcomes = []
-        for (entry, loaded), own, destination in zip(found, owns, planned, strict=True):
-            if stream is sys.stdout and not args.quiet:  # progress, kept off stdout's table
-                print(printable(f"{entry.model} ..."), file=sys.stderr)
-            result = _attempt(
-                own, _optimize_one, own, entry.model, loaded, destination, plan, None, None
-            )
-            if isinstance(result, str):
-                result = batch.Outcome(entry.model, destination, EXIT_USAGE, error=result)
-            outcomes.append(result)
-        status = batch.worst_status(outcomes)
-        written = status == EXIT_OK
-        if not written:  # a batch is written whole or not at all
-            plan.discard()
-            for outcome in outcomes:
-                if outcome.report is not None:
-                    outcome.report.output = None
-        print(batch.summary_table(outcomes, written, notes), file=stream)
-        record = batch.combined_record(outcomes, normfuse.__version__, written, notes)
-        _finish_batch(plan, args.report, report_path, record)
-    failed = sum(outcome.status != EXIT_OK for outcome in outcomes)
-    if status == EXIT_CHECK_FAILED:
-        print(
-            f"normfuse: validation failed for {failed} of {len(outcomes)} models; no model "
-            "written (a batch is written whole or not at all)",
-            file=sys.stderr,
-        )
-    return status
-
-
-def _batch_models(
-    args: argparse.Namespace,
-) -> tuple[list[tuple[manifest.Entry, LoadedModel]], list[str]]:
-    """The models of a batch, loaded, each as a manifest entry (one with no settings of its own
-    when they come from the command line), and notes on folder files skipped."""
-    if args.manifest is None:
-        found, notes = batch.collect(args.models)
-        return [(manifest.Entry(str(item.path), item.path), item.loaded) for item in found], notes
-    if args.models:
-        raise NormfuseError("--manifest lists the models; give no MODEL as well")
-    entries = manifest.read(args.manifest)
-    return [(entry, _entry_load(entry, entry.model)[0]) for entry in entries], []
-
-
-def _entry_load(entry: manifest.Entry, path: Path) -> tuple[LoadedModel, set[Path]]:
-    """`_load`, its error naming the manifest entry."""
-    try:
-        return _load(path)
-    except NormfuseError as error:
-        raise NormfuseError(f"{entry.label}: {error}") from None
-
-
-def _model_args(
-    args: argparse.Namespace,
-    found: list[tuple[manifest.Entry, LoadedModel]],
-    runs: bool,
-) -> list[argparse.Namespace]:
-    """Each model's options (the command line's, under its manifest entry's), checked before any
-    work: `--dims` names some model has and, where the command `runs` the models, each model's
-    dims and inputs against it."""
-    check_dims_across([loaded.model for _, loaded in found], parse_dims(args.dims))
-    owns = [manifest.apply(args, entry, symbolic_dims(loaded.model)) for entry, loaded in found]
-    if runs:
-        for (entry, loaded), own in zip(found, owns, strict=True):
-            _check_entry_inputs(entry, loaded, own)
-    return owns
-
-
-def _check_entry_inputs(
-    entry: manifest.Entry, loaded: LoadedModel, own: argparse.Namespace
-) -> None:
-    """A model's dims and inputs checked against it (no array made), the error naming its
-    entry."""
-    try:
-        check_inputs(loaded.model, parse_dims(own.dims), own.inputs)
-    except NormfuseError as error:
-        raise NormfuseError(f"{entry.label}: {error}") from None
-
-
-def _attempt(own: argparse.Namespace, work: Callable[..., T], *arguments: object) -> T | str:
-    """`work(*arguments)`, or the one-line error that stopped it (an ONNX Runtime failure with
-    the hint for the inputs in `own`)."""
-    try:
-        return work(*arguments)
-    except NormfuseError as error:
-        return str(error)
-    except _ORT_ERRORS as error:
-        return f"ONNX Runtime failed ({runtime_message(error)}); {_input_hint(own)}"
-
-
-def _finish_batch(
-    plan: OutputPlan, given: str | None, report_path: Path | None, record: dict
-) -> None:
-    """Print or stage the batch's record and commit, unless a model stopped with an error: then
-    nothing is written (the record still goes to standard output with `--report -`) and the
-    command fails with one line."""
-    text = json.dumps(record, indent=2) + "\n"
-    if record["status"] != EXIT_USAGE:
-        _stage_text(plan, given, report_path, text)
-        _commit(plan)
-        return
-    if report_path is None:
-        _stage_text(plan, given, None, text)
-    noun = "models" if "models" in record else "pairs"
-    failed = sum(outcome["status"] == EXIT_USAGE for outcome in record[noun])
-    raise NormfuseError(
-        f"{failed} of {len(record[noun])} {noun} stopped with an error; nothing written (a "
-        "batch is written whole or not at all)"
-    )
-
-
-def _check_optimize_options(args: argparse.Namespace) -> None:
-    if args.output is not None and str(args.output) == STDOUT:
-        raise NormfuseError("-o -: a model is not written to stdout; give a file or a folder")
-    if not args.models and args.manifest is None:
-        raise NormfuseError("give a MODEL, a folder of models, or --manifest FILE")
-    given = [name for name in TIMING_OPTIONS if getattr(args, name, None) not in (None, False)]
-    allowed = set(TIMING_OPTIONS) if args.bench else {"quiet"}
-    if args.tune_for:
-        allowed |= {"warmup", "runs", "threads", "quiet"}
-    refused = [name for name in given if name not in allowed]
-    if refused:
-        names = ", ".join(f"--{name.replace('_', '-')}" for name in refused)
-        raise NormfuseError(f"{names}: timing options need --bench")
-    unused = [
-        name
-        for name, uses in _RUN_OPTIONS.items()
-        if getattr(args, name) is not None and not any(getattr(args, use) for use in uses)
-    ]
-    if unused:
-        names = ", ".join(f"--{name}" for name in unused)
-        uses = [f"--{use.replace('_', '-')}" for use in _RUN_OPTIONS[unused[0]]]
-        needs = " or ".join([", ".join(uses[:-1]), uses[-1]] if len(uses) > 1 else uses)
-        raise NormfuseError(f"{names}: used only with {needs}, for the runs they make")
-    if args.plot is not None and (args.manifest is not None or batch.is_batch(args.models)):
-        raise NormfuseError("--plot draws one model's timings; give one model")
-    for stage in args.with_stages or ():
-        ort_stage.parse_stage(stage)  # a typo is refused before any work
-
-
-# optimize's options for running models, and what runs them.
-_RUN_OPTIONS = {
-    "dims": ("validate", "bench", "tune_for"),
-    "inputs": ("validate", "bench", "tune_for"),
-    "seed": ("validate", "bench", "tune_for"),
-    "providers": ("validate", "bench"),
-    "atol": ("validate",),
-    "rtol": ("validate",),
-}
-
-
-def check_dims_across(models: list[onnx.ModelProto], dims: dict[str, int]) -> None:
-    """Refuse `--dims` names that no model of a batch has, where some model has symbolic dims
-    (each model gets the ones it has; one with none gets all, and a note)."""
-    known: set[str] = set()
-    for model in models:
-        known |= symbolic_dims(model)
-    unknown = sorted(set(dims) - known)
-    if unknown and known:
-        raise NormfuseError(
-            f"--dims {', '.join(unknown)}: no input of any model has such a dimension; "
-            f"their symbolic dims are: {', '.join(sorted(known)) or '(none)'}"
-        )
-
-
-class _Discard:
-    """A stream that drops what is printed to it."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        return None
-
-
-def _human_stream(args: argparse.Namespace):
-    """stdout for tables, unless the JSON record goes there: then nothing else is printed (the
-    record holds it all), so stdout is the JSON alone and stderr stays quiet."""
-    return _Discard() if getattr(args, "report", None) == STDOUT else sys.stdout
-
-
-def _plan(
-    plan: OutputPlan, path: str | Path | None, label: str, allow_stdout: bool = False
-) -> Path | None:
-    return None if path is None else plan.add(path, label, allow_stdout)
-
-
-def _plan_plot(plan: OutputPlan, args: argparse.Namespace) -> Path | None:
-    """The `--plot` destination, checked (matplotlib and the image format too)."""
-    plot = getattr(args, "plot", None)
-    if plot is None:
-        return None
-    require_matplotlib()
-    from matplotlib.figure import Figure
-
-    formats = Figure().canvas.get_supported_filetypes()
-    if plot.suffix.lstrip(".").lower() not in formats:
-        raise NormfuseError(
-            f"--plot {plot}: give a file name ending in one of .{', .'.join(sorted(formats))}"
-        )
-    return plan.add(plot, "--plot")
-
-
-def _stage_text(plan: OutputPlan, given: str | None, path: Path | None, text: str) -> None:
-    """Stage `text` for `path`, or print it when the user gave `-` (standard output)."""
-    if path is not None:
-        plan.stage_bytes(path, text.encode())
-    elif given is not None:
-        print(text, end="" if text.endswith("\n") else "\n")
-
-
-def _commit(plan: OutputPlan) -> list[Path]:
-    """Write everything staged, once standard output has taken what was printed."""
-    sys.stdout.flush()
-    return plan.commit()
-
-
-def _said_after_commit(text: str, stream) -> None:
-    """Print a line after the commit: the work is done and written, so a reader that has gone
-    (`| head`) changes nothing; the rest of what would go to standard output is dropped."""
-    try:
-        print(text, file=stream)
-        stream.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-        os.close(devnull)
-
-
-def _optimize_one(
-    args: argparse.Namespace,
-    model_path: Path,
-    loaded: LoadedModel,
-    destination: Path,
-    plan: OutputPlan,
-    stream,
-    plot_path: Path | None,
-) -> batch.Outcome:
-    """Optimise one model and stage it in `plan`; everything that can fail (validation, timing)
-    runs first. `stream`: where tables go (None: print nothing)."""
-
-    def say(text: str) -> None:
-        if stream is not None:
-            print(text, file=stream)
-
-    options = _validation_options(args) if args.validate else None
-    if args.bench:  # the timed inputs are checked before any work, as validation's are
-        check_inputs(loaded.model, parse_dims(args.dims), args.inputs)
-    result = normfuse.optimize(
-        loaded.model,
-        target=args.target,
-        passes=args.passes,
-        base_dir=loaded.base_dir,
-        validation=options,
-        tune_for=args.tune_for,
-        dims=parse_dims(args.dims),
-        refuse_repairs=args.refuse_repairs,
-        max_opset=args.max_opset,
-        with_stages=args.with_stages or (),
-        stage_providers=parse_providers(args.providers),
-    )
-    report = result.report
-    report.input = str(model_path)
-    if report.validation is not None and not report.validation.passed:
-        say(report.table())
-        message = printable(f"validation failed; {destination} not written")
-        print(f"normfuse: {message}", file=sys.stderr)
-        return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
-    extra, later = {}, []
-    if args.bench:
-        models = [
-            BenchModel("original", loaded.model, loaded.base_dir),
-            BenchModel("normfuse", result.model, result.base_dir),
-        ]
-        timings = run_bench(models, _bench_options(args))
-        extra["bench"] = timings.as_dict()
-        said = {*report.notes, *(report.validation.notes if report.validation else [])}
-        timings.notes = [note for note in timings.notes if note not in said]  # each note once
-        later.append(timings.table())
-        if plot_path is not None:
-            plot_ratios(timings, plan.temp_path(plot_path))
-    if args.tune_for:
-        hint = _session_hint(BenchModel(str(destination), result.model, result.base_dir), args)
-        if hint:
-            extra["session_hint"] = hint
-            later.append(hint)
-    report.output = str(destination)
-    reference = args.reference_input_data or args.in_place
-    weights = stage_save(plan, result.model, destination, result.base_dir, reference=reference)
-    if weights is not None:
-        report.notes.append(weights)
-    say(report.table(existing=fused_norm_nodes(loaded.model)))
-    for text in later:
-        say(text)
-    return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)
-
-
-def _session_hint(model: BenchModel, args: argparse.Namespace) -> str | None:
-    """One line when ORT session settings beat ORT's default on the result beyond noise."""
-    options = dataclasses.replace(_bench_options(args), providers=(args.tune_for,))
-    result = tune(model, options).results[0]
-    if not result.beats_default:
-        return None
-    timing = result.timings[result.configs.index(result.best)]
-    low, high = timing.ratio_interval
-    return (
-        f"hint: on {args.tune_for}, ORT session settings '{result.best.label}' ran the result "
-        f"in {timing.ratio:.2f}x the time of ORT's default [{low:.2f}, {high:.2f}]; "
-        f"`normfuse tune {model.name}` prints the code"
-    )
-
-
-def _tune(args: argparse.Namespace) -> int:
-    loaded, inputs = _load(args.model)
+def tune_command(args: argparse.Namespace) -> int:
+    loaded, inputs = shared.load(args.model)
     with OutputPlan(inputs) as plan:
-        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
-        report = tune(model, _bench_options(args))
-        print(report.text(str(args.model)), file=_human_stream(args))
+        report = tune(model, shared.bench_options(args))
+        print(report.text(str(args.model)), file=shared.human_stream(args))
         data = {"model": str(args.model), **report.as_dict(str(args.model))}
-        _stage_text(plan, args.report, report_path, json.dumps(data, indent=2) + "\n")
-        _commit(plan)
+        shared.stage_text(plan, args.report, report_path, json.dumps(data, indent=2) + "\n")
+        shared.commit(plan)
     return EXIT_OK
 
 
-def _bench_options(args: argparse.Namespace) -> BenchOptions:
-    warmup = 20 if args.warmup is None else args.warmup
-    runs = 200 if args.runs is None else args.runs
-    if not (0 <= warmup <= MAX_RUNS and 2 <= runs <= MAX_RUNS):
-        raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
-    sessions = min(6, runs) if args.sessions is None else args.sessions
-    if not 1 <= sessions <= runs:
-        raise NormfuseError(f"--sessions must be 1 to --runs ({runs}), got {sessions}")
-    budget = getattr(args, "time_budget", None)
-    if budget is not None and not 0 < budget <= MAX_TIME_BUDGET:
-        raise NormfuseError(
-            f"--time-budget must be more than 0 and at most {MAX_TIME_BUDGET:g} seconds, "
-            f"got {budget:g}"
-        )
-    return BenchOptions(
-        providers=tuple(parse_providers(args.providers)),
-        levels=tuple(dict.fromkeys(getattr(args, "level", None) or ["all"])),
-        warmup=warmup,
-        runs=runs,
-        threads=args.threads,
-        dims=parse_dims(args.dims),
-        seed=_seed(args),
-        npz=None if args.inputs is None else str(args.inputs),
-        progress=sys.stderr.isatty() and not args.quiet,
-        sessions=sessions,
-        time_budget=budget,
-    )
-
-
-def _bench(args: argparse.Namespace) -> int:
+def bench_command(args: argparse.Namespace) -> int:
     if args.manifest is not None:
         if args.plot is not None:
             raise NormfuseError("--plot draws one bench's timings; not with --manifest")
-        _bench_options(args)  # bad timing options fail before any work
+        shared.bench_options(args)  # bad timing options fail before any work
         return _pairs(args, _bench_pair, {EXIT_OK: "ok", EXIT_USAGE: "error"})
     if not args.models:
         raise NormfuseError("give the MODELs to time, or --manifest FILE")
     loaded, inputs = [], set()
     for path in args.models:
-        model, files = _load(path)
+        model, files = shared.load(path)
         loaded.append(model)
         inputs |= files
     models = [
         BenchModel(str(path), item.model, item.base_dir)
         for path, item in zip(args.models, loaded, strict=True)
     ]
-    stream = _human_stream(args)
+    stream = shared.human_stream(args)
     with OutputPlan(inputs) as plan:
-        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
-        plot_path = _plan_plot(plan, args)
-        report = run_bench(models, _bench_options(args))
+        report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
+        plot_path = shared.plan_plot(plan, args)
+        report = run_bench(models, shared.bench_options(args))
         print(report.table(), file=stream)
-        _stage_text(plan, args.report, report_path, json.dumps(report.as_dict(), indent=2) + "\n")
+        shared.stage_text(
+            plan, args.report, report_path, json.dumps(report.as_dict(), indent=2) + "\n"
+        )
         if plot_path is not None:
             plot_ratios(report, plan.temp_path(plot_path))
-        _commit(plan)
+        shared.commit(plan)
     if plot_path is not None:
-        _said_after_commit(printable(f"wrote {args.plot}"), stream)
+        shared.said_after_commit(printable(f"wrote {args.plot}"), stream)
     return EXIT_OK
 
 
-def _validate(args: argparse.Namespace) -> int:
+def validate_command(args: argparse.Namespace) -> int:
     if args.manifest is not None:
-        _validation_options(args)  # bad tolerances fail before any work
+        shared.validation_options(args)  # bad tolerances fail before any work
         words = {EXIT_OK: "passed", EXIT_CHECK_FAILED: "FAILED", EXIT_USAGE: "error"}
         return _pairs(args, _validate_pair, words)
     if len(args.models) != 2:
@@ -986,29 +80,22 @@ def _validate(args: argparse.Namespace) -> int:
             "model(s)"
         )
     original, candidate = args.models
-    inputs = _load(original)[1] | _load(candidate)[1]
-    stream = _human_stream(args)
+    inputs = shared.load(original)[1] | shared.load(candidate)[1]
+    stream = shared.human_stream(args)
     with OutputPlan(inputs) as plan:
-        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
-        options = _validation_options(args)
+        report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
+        options = shared.validation_options(args)
         report = normfuse.validate(original, candidate, options)
         print(report.table(), file=stream)
         data = {"original": str(original), "candidate": str(candidate)}
         text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
-        _stage_text(plan, args.report, report_path, text)
-        _commit(plan)
-    _said_after_commit("validation passed" if report.passed else "validation FAILED", stream)
+        shared.stage_text(plan, args.report, report_path, text)
+        shared.commit(plan)
+    shared.said_after_commit("validation passed" if report.passed else "validation FAILED", stream)
     return EXIT_OK if report.passed else EXIT_CHECK_FAILED
 
 
-# One pair of a manifest: (options, model, candidate, their loaded forms, stream) -> (status,
-# the record for the pair).
-PairRun = Callable[
-    [argparse.Namespace, Path, Path, LoadedModel, LoadedModel, object], tuple[int, dict]
-]
-
-
-def _pairs(args: argparse.Namespace, run: PairRun, words: dict[int, str]) -> int:
+def _pairs(args: argparse.Namespace, run: shared.PairRun, words: dict[int, str]) -> int:
     """`validate` or `bench` over a manifest: each entry's model with its candidate (the entry's
     `candidate`, else the file of the model's name in the folder given), everything checked
     before any work; the record is written unless a pair stopped with an error."""
@@ -1017,26 +104,26 @@ def _pairs(args: argparse.Namespace, run: PairRun, words: dict[int, str]) -> int
     jobs, inputs = [], set()
     for entry in entries:
         candidate = _candidate(entry, folder)
-        model, model_files = _entry_load(entry, entry.model)
-        other, other_files = _entry_load(entry, candidate)
+        model, model_files = shared.entry_load(entry, entry.model)
+        other, other_files = shared.entry_load(entry, candidate)
         own = manifest.apply(args, entry, symbolic_dims(model.model))
-        _check_entry_inputs(entry, model, own)
+        shared.check_entry_inputs(entry, model, own)
         jobs.append((own, entry.model, candidate, model, other))
         inputs |= model_files | other_files
-    stream = _human_stream(args)
+    stream = shared.human_stream(args)
     with OutputPlan(inputs) as plan:
-        report_path = _plan(plan, args.report, "--report", allow_stdout=True)
+        report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         outcomes = []
         for own, model_path, candidate, model, other in jobs:
             print(printable(f"== {model_path} vs {candidate} =="), file=stream)
-            result = _attempt(own, run, own, model_path, candidate, model, other, stream)
+            result = shared.attempt(own, run, own, model_path, candidate, model, other, stream)
             if isinstance(result, str):
                 outcomes.append(batch.PairOutcome(model_path, candidate, EXIT_USAGE, error=result))
             else:
                 outcomes.append(batch.PairOutcome(model_path, candidate, *result))
         print(batch.pairs_table(outcomes, words), file=stream)
         record = batch.pairs_record(outcomes, normfuse.__version__)
-        _finish_batch(plan, args.report, report_path, record)
+        shared.finish_batch(plan, args.report, report_path, record)
     return record["status"]
 
 
@@ -1073,7 +160,7 @@ def _validate_pair(
     other: LoadedModel,
     stream,
 ) -> tuple[int, dict]:
-    report = normfuse.validate(model_path, candidate, _validation_options(own))
+    report = normfuse.validate(model_path, candidate, shared.validation_options(own))
     print(report.table(), file=stream)
     print("validation passed" if report.passed else "validation FAILED", file=stream)
     return (EXIT_OK if report.passed else EXIT_CHECK_FAILED), report.as_dict()
@@ -1091,30 +178,22 @@ def _bench_pair(
         BenchModel(str(model_path), model.model, model.base_dir),
         BenchModel(str(candidate), other.model, other.base_dir),
     ]
-    report = run_bench(models, _bench_options(own))
+    report = run_bench(models, shared.bench_options(own))
     print(report.table(), file=stream)
     return EXIT_OK, report.as_dict()
 
 
-def _output_path(args: argparse.Namespace, model: Path) -> Path:
-    if args.in_place:
-        return model
-    if os.path.exists(args.output) and args.output.resolve() == model.resolve():
-        raise NormfuseError("-o is the input model; use --in-place to replace it")
-    return args.output
-
-
-def _inspect(args: argparse.Namespace) -> int:
+def inspect_command(args: argparse.Namespace) -> int:
     if batch.is_batch(args.models):
         return _inspect_batch(args)
     model_path = args.models[0]
-    loaded, inputs = _load(model_path)
+    loaded, inputs = shared.load(model_path)
     destination = STDOUT if args.json else args.report
     with OutputPlan(inputs) as plan:
-        report_path = _plan(plan, destination, "--report", allow_stdout=True)
+        report_path = shared.plan(plan, destination, "--report", allow_stdout=True)
         report = _inspect_one(args, model_path, loaded, destination != STDOUT)
-        _stage_text(plan, destination, report_path, report.to_json())
-        _commit(plan)
+        shared.stage_text(plan, destination, report_path, report.to_json())
+        shared.commit(plan)
     if args.check and report.sites:
         print(
             f"normfuse: check failed: {len(report.sites)} fusable site(s) left unfused",
@@ -1153,12 +232,12 @@ def _inspect_batch(args: argparse.Namespace) -> int:
     destination = STDOUT if args.json else args.report
     show = destination != STDOUT
     with OutputPlan(inputs) as plan:
-        report_path = _plan(plan, destination, "--report", allow_stdout=True)
+        report_path = shared.plan(plan, destination, "--report", allow_stdout=True)
         outcomes = []
         for item in found:
             if show:
                 print(printable(f"== {item.path} =="))
-            result = _attempt(args, _inspect_one, args, item.path, item.loaded, show)
+            result = shared.attempt(args, _inspect_one, args, item.path, item.loaded, show)
             if isinstance(result, str):
                 outcomes.append(batch.Outcome(item.path, None, EXIT_USAGE, error=result))
             else:
@@ -1171,7 +250,7 @@ def _inspect_batch(args: argparse.Namespace) -> int:
             for note in notes:
                 print(printable(f"note: {note}"))
         record = batch.combined_record(outcomes, normfuse.__version__, None, notes)
-        _finish_batch(plan, destination, report_path, record)
+        shared.finish_batch(plan, destination, report_path, record)
     left = [outcome for outcome in outcomes if outcome.status == EXIT_CHECK_FAILED]
     if left:
         sites = sum(len(outcome.report.sites) for outcome in left if outcome.report)
