@@ -38,7 +38,7 @@ PASS_THROUGH = {
 # Kebab-case literals that are not reason codes: family names, labels, JSON keys.
 NOT_REASONS = {"layer-norm", "rms-norm", "skip-norm", "channel-first", "cand-f64", "orig-f64"}
 NOT_REASONS |= {"near-misses", "constant-rows", "float16-limits"}  # input profiles
-NOT_REASONS |= {"ort-transformers"}  # a stage's name (--with)
+NOT_REASONS |= {"ort-transformers", "utf-8"}  # a stage's name (--with); an encoding
 KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
 
