@@ -4,8 +4,9 @@ It must have the original's signature (graph inputs and outputs: names, types, o
 overridable initializer still there), be structurally sound, pass strict shape inference wherever
 the original does, satisfy `onnx.checker` wherever the original does (for standard-operator
 output), load in ONNX Runtime wherever the original does, and, where the original is small enough
-(`MAX_RUN_BYTES`, no external data) and runs on generated inputs (`inputs.probe_dims`: 1 for
-batch-like symbolic dims, `inputs.PROBE_DIM` for the others), run once on those inputs and give
+(`MAX_RUN_BYTES`, no external data) and runs on generated inputs (`inputs.probe_dim_choices`:
+1 for batch-like symbolic dims, `inputs.PROBE_DIM` for the others, declared sums summed), run
+on them and give
 outputs of the original's shapes and element types. The checker, inference and the load of a
 large model run on weightless skeletons (large and external initializers as typed inputs): no
 external weight is read or copied. A failure is a `Failure` with a stable reason; the caller
@@ -360,11 +361,13 @@ class _Reference:
         if not runnable(original, base_dir):
             return None
         try:
-            feeds, _ = inputs.make_inputs(original, inputs.probe_dims(original))
             session = sessions.create(original, "cpu", "disable", base_dir)
-            first = session.run(None, feeds)
         except Exception:  # whatever stops the original's run, the run is not a check
             return None
+        found = _first_run(session, original)
+        if found is None:
+            return None
+        feeds, first = found
         wide, _ = float64_runner(original, base_dir)
         runs = []
         profiled = profiled_feeds(feeds, original, draws=len(OFFSETS))
@@ -522,4 +525,16 @@ def _session_error(model: onnx.ModelProto) -> str | None:
         sessions.create(model, "cpu", "disable")
     except NormfuseError as error:
         return str(error)
+    return None
+
+
+def _first_run(session, original: onnx.ModelProto) -> tuple[dict, list] | None:
+    """The feeds of the first of `inputs.probe_dim_choices` the original runs on, and its
+    outputs; None where it runs on none."""
+    for dims in inputs.probe_dim_choices(original):
+        try:
+            feeds, _ = inputs.make_inputs(original, dims)
+            return feeds, session.run(None, feeds)
+        except Exception:  # an input the model rejects: the next choice
+            continue
     return None

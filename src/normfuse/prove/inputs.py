@@ -78,13 +78,52 @@ def input_hint(dims: dict[str, int], npz: str | None) -> str:
 
 def probe_dims(model: onnx.ModelProto) -> dict[str, int]:
     """Small sizes for the named symbolic dims of `model`'s inputs: 1 for a batch-like one,
-    `PROBE_DIM` for any other (the output guard's one run)."""
-    return {
+    `PROBE_DIM` for any other, and a dim the model declares as arithmetic over the others
+    (`past_sequence_length + sequence_length`) computed from theirs (the output guard's runs)."""
+    sizes = {
         dim.dim_param: 1 if _BATCH_LIKE.search(dim.dim_param) else PROBE_DIM
         for info in graph_inputs(model)
         for dim in info.type.tensor_type.shape.dim
         if dim.dim_param and not dim.HasField("dim_value")
     }
+    expressions = _expressions(model)
+    plain = {name: size for name, size in sizes.items() if name not in expressions}
+    derived = {
+        name: expression.value(plain)
+        for name, expression in expressions.items()
+        if set(expression.names) <= set(plain)
+    }
+    return {**sizes, **{name: size for name, size in derived.items() if size > 0}}
+
+
+def probe_dim_choices(model: onnx.ModelProto) -> list[dict[str, int]]:
+    """The sizes the output guard tries, in order, until the original runs: `probe_dims`, then,
+    where the model's outputs declare dims as arithmetic over its input dims (a with-past
+    decoder's `s15 + s70` present length), the same with every input dim that no output names
+    set to that declared size (the attention mask's own `s53`). A choice is a guess; only the
+    original's run on it makes it inputs the model accepts."""
+    first = probe_dims(model)
+    names = set(first)
+    declared = {
+        dim.dim_param
+        for info in model.graph.output
+        for dim in info.type.tensor_type.shape.dim
+        if dim.dim_param and dim.dim_param not in names
+    }
+    used: set[str] = set()
+    values = set()
+    for text in sorted(declared):
+        expression = dim_expressions.parse(text, names)
+        if expression is not None:
+            used |= set(expression.names)
+            values.add(expression.value(first))
+        elif text in names:
+            used.add(text)
+    free = {name for name in names if name not in used and not _BATCH_LIKE.search(name)}
+    free -= set(_expressions(model))
+    return [first] + [
+        {**first, **dict.fromkeys(sorted(free), value)} for value in sorted(values) if free
+    ]
 
 
 def make_inputs(
