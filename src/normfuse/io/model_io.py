@@ -17,6 +17,7 @@ stored inline.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -95,16 +96,18 @@ def check_external_data(model: onnx.ModelProto, base_dir: Path | None) -> None:
         raise NormfuseError(
             f"tensor {tensors[0].name!r} is in external data; pass the folder it is in (base_dir)"
         )
+    checked: CheckedFiles = {}
     for tensor in tensors:
-        check_external_location(tensor, Path(base_dir))
+        check_external_location(tensor, Path(base_dir), checked)
 
 
 def external_files(model: onnx.ModelProto, base_dir: Path | None) -> set[Path]:
     """The files (resolved) holding `model`'s external data."""
     if base_dir is None:
         return set()
-    tensors = external_tensors(model)
-    return {check_external_location(tensor, base_dir).resolve() for tensor in tensors}
+    checked: CheckedFiles = {}
+    files = {check_external_location(t, base_dir, checked) for t in external_tensors(model)}
+    return {file.resolve() for file in files}
 
 
 def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
@@ -170,11 +173,34 @@ def external_entry(tensor: onnx.TensorProto) -> ExternalEntry:
     return ExternalEntry(location, numbers["offset"] or 0, numbers["length"])
 
 
-def check_external_location(tensor: onnx.TensorProto, base_dir: Path) -> Path:
-    """Return the file holding `tensor`'s data, refusing paths that leave `base_dir`."""
+# Files already checked in one pass over a model's tensors: (location, folder) -> (file, size).
+CheckedFiles = dict[tuple[str, Path], tuple[Path, int]]
+
+
+def check_external_location(
+    tensor: onnx.TensorProto, base_dir: Path, checked: CheckedFiles | None = None
+) -> Path:
+    """Return the file holding `tensor`'s data, refusing paths that leave `base_dir` and data
+    past the file's end; `checked` remembers the files a loop over tensors has checked."""
     entry = external_entry(tensor)
     location = entry.location
     where = f"tensor {tensor.name!r}: external data location {location!r}"
+    key = (location, base_dir)
+    if checked is None or key not in checked:
+        file, size = _checked_file(location, base_dir, where)
+        if checked is not None:
+            checked[key] = (file, size)
+    else:
+        file, size = checked[key]
+    length = entry.length if entry.length else _nbytes(tensor)
+    if length is not None and entry.offset + length > size:
+        raise NormfuseError(f"{where}: file {file} is shorter than the declared data")
+    return file
+
+
+def _checked_file(location: str, base_dir: Path, where: str) -> tuple[Path, int]:
+    """The file at `location` in `base_dir` and its size, refused where the path is absolute,
+    leaves the folder (`..`, a symbolic link), or the file is missing or unreadable."""
     if not location or os.path.isabs(location) or Path(location).is_absolute():
         raise NormfuseError(f"{where} is absolute or empty; only paths inside the model's folder")
     if ".." in Path(location).parts:
@@ -198,10 +224,7 @@ def check_external_location(tensor: onnx.TensorProto, base_dir: Path) -> Path:
         raise NormfuseError(f"{where}: cannot read {file} (permission denied)") from None
     except (OSError, RuntimeError) as error:
         raise NormfuseError(f"{where}: {getattr(error, 'strerror', None) or error}") from None
-    length = entry.length if entry.length else _nbytes(tensor)
-    if length is not None and entry.offset + length > size:
-        raise NormfuseError(f"{where}: file {file} is shorter than the declared data")
-    return file
+    return file, size
 
 
 def external_length(tensor: onnx.TensorProto) -> int:
@@ -297,14 +320,15 @@ def stage_save(
         raise NormfuseError("model uses external data but its source folder is unknown")
     said = None
     if tensors and data is None:
-        sources = sorted({str(check_external_location(t, base_dir)) for t in tensors})
+        checked: CheckedFiles = {}
+        sources = sorted({str(check_external_location(t, base_dir, checked)) for t in tensors})
         if base_dir.resolve() != destination.parent.resolve():
             raise NormfuseError(
                 f"{destination}: the weights it would read ({', '.join(sources)}) are in "
                 "another folder; write the output beside the input to reference them"
             )
         for tensor in tensors:  # the same folder: reference the data in place, write none
-            check_external_location(tensor, destination.parent)
+            check_external_location(tensor, destination.parent, checked)
         said = f"weights: read from the input's {', '.join(sources)} (not copied)"
     elif data is not None:
         assert base_dir is not None
@@ -343,7 +367,8 @@ def _write_external_data(
     """Write each tensor's bytes into `out` and repoint the tensors at `data_name`: a clone of
     the one source file where they all come from one and the filesystem can clone it, else
     streamed. Returns how ("cloned from ...", "N bytes copied")."""
-    sources = {check_external_location(tensor, base_dir) for tensor in tensors}
+    checked: CheckedFiles = {}
+    sources = {check_external_location(tensor, base_dir, checked) for tensor in tensors}
     if len(sources) == 1:
         source = sources.pop()
         if _clone(source, out):
@@ -352,13 +377,14 @@ def _write_external_data(
                 _set_external_data(tensor, data_name, offset, external_length(tensor))
             return f"a copy-on-write clone of {source.name}, no byte copied"
     for tensor in tensors:
-        source = check_external_location(tensor, base_dir)
+        source = check_external_location(tensor, base_dir, checked)
         entry = external_entry(tensor)
         length = external_length(tensor)
         out.seek((out.tell() + _ALIGN - 1) // _ALIGN * _ALIGN)
         offset = out.tell()
         _copy_range(source, entry.offset, length, out)
         _set_external_data(tensor, data_name, offset, length)
+    out.truncate()  # the file ends at its last tensor, even where that ends in a hole
     return f"{out.tell()} bytes copied"
 
 
@@ -376,16 +402,55 @@ def _clone(source: Path, out: BinaryIO) -> bool:
     return True
 
 
-def _copy_range(source: Path, offset: int, length: int, out) -> None:
+def _copy_range(source: Path, offset: int, length: int, out: BinaryIO) -> None:
+    """Copy `length` bytes of `source` from `offset` to `out`'s position: in the kernel
+    (`copy_file_range`, which clones where the filesystem can), only the ranges that hold data
+    (`SEEK_DATA`/`SEEK_HOLE`: a sparse file's holes stay holes, and read as zeros)."""
+    out.flush()
+    start = out.tell()
     with source.open("rb") as file:
-        file.seek(offset)
-        left = length
-        while left:
-            chunk = file.read(min(left, _COPY_CHUNK))
-            if not chunk:
-                raise NormfuseError(f"{source}: external data ended early")
-            out.write(chunk)
-            left -= len(chunk)
+        if os.fstat(file.fileno()).st_size < offset + length:
+            raise NormfuseError(f"{source}: external data ended early")
+        for begin, end in _data_ranges(file.fileno(), offset, offset + length):
+            _copy_bytes(file, begin, out, start + begin - offset, end - begin)
+    out.seek(start + length)
+
+
+def _data_ranges(fd: int, begin: int, end: int) -> Iterator[tuple[int, int]]:
+    """The ranges of [begin, end) of file `fd` that hold data (all of it where the filesystem
+    cannot tell holes)."""
+    position = begin
+    while position < end:
+        try:
+            data = os.lseek(fd, position, os.SEEK_DATA)
+            hole = os.lseek(fd, data, os.SEEK_HOLE)
+        except OSError as error:
+            if error.errno == errno.ENXIO:  # only a hole from here on
+                return
+            yield position, end  # holes unknown here: copy everything
+            return
+        if data >= end:
+            return
+        yield data, min(hole, end)
+        position = hole
+
+
+def _copy_bytes(source: BinaryIO, begin: int, out: BinaryIO, at: int, length: int) -> None:
+    """`length` bytes of `source` at `begin` written to `out` at `at`."""
+    done = 0
+    while done < length:
+        try:
+            count = os.copy_file_range(
+                source.fileno(), out.fileno(), length - done, begin + done, at + done
+            )
+        except (OSError, AttributeError):  # another filesystem, or no such call here
+            source.seek(begin + done)
+            out.seek(at + done)
+            count = out.write(source.read(min(length - done, _COPY_CHUNK)))
+            out.flush()
+        if count == 0:
+            raise NormfuseError(f"{source.name}: external data ended early")
+        done += count
 
 
 def _set_external_data(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:

@@ -179,11 +179,14 @@ class OutputGuard:
             return _repair_failure(outcome)
         return None
 
-    def repair_failure(self, optimised: onnx.ModelProto) -> Failure | None:
-        """The repairs in `optimised` (which `failure` accepted) as a failure with their
-        evidence, to find the sites they come from; None where there are none."""
+    def repair_failure(self, optimised: onnx.ModelProto, ort_only: bool) -> Failure | None:
+        """The repairs in `optimised` (which `failure` accepted; `ort_only` as there) as a
+        failure with their evidence, to find the sites they come from; None where there are
+        none, or where the models are not run (no repair can be seen)."""
         if self._repairs[0] is not optimised:
-            failure = self.failure(optimised, ort_only=False)
+            if self._run_reference() is None:
+                return None
+            failure = self.failure(optimised, ort_only)
             if failure is not None:
                 return failure
         repairs = self._repairs[1] if self._repairs[0] is optimised else ()

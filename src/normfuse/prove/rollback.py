@@ -61,12 +61,14 @@ def repaired_sites(
     same bisection as the sites that fail."""
     if not result.report.sites:
         return {}
-    repairs = output_guard.repair_failure(result.model)
+    repairs = output_guard.repair_failure(result.model, _ort_only(result))
     if repairs is None:
         return {}
 
     def check(trial: Rewrite) -> Failure | None:
-        return output_guard.repair_failure(trial.model) if trial.report.sites else None
+        if not trial.report.sites:
+            return None
+        return output_guard.repair_failure(trial.model, _ort_only(trial))
 
     outputs = [site.output for site in result.report.sites]
     return culprits(build, excluded, outputs, repairs, check)
@@ -77,7 +79,12 @@ def failure_of(result: Rewrite, output_guard: OutputGuard) -> Failure | None:
     sites = result.report.sites
     if not sites:
         return None
-    return output_guard.failure(result.model, any(site.ort_only for site in sites), sites)
+    return output_guard.failure(result.model, _ort_only(result), sites)
+
+
+def _ort_only(result: Rewrite) -> bool:
+    """Whether any fused site of `result` is an ONNX Runtime-only operator."""
+    return any(site.ort_only for site in result.report.sites)
 
 
 def culprits(

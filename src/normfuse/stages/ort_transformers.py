@@ -283,7 +283,7 @@ def _applied(
         {"option": flag, "reason": why.reason, "detail": why.detail} for flag, why in off.items()
     ]
     record.kept_options = [flag for flag in flags if flag not in off]
-    repairs = output_guard.repair_failure(optimised)
+    repairs = output_guard.repair_failure(optimised, ort_only=True)
     record.repairs = list(repairs.evidence) if repairs is not None else []
     record.nodes_after = len(optimised.graph.node)
     return optimised, record
