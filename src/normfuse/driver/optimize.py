@@ -23,7 +23,7 @@ from normfuse.match import records
 from normfuse.match.context import Context, Policy
 from normfuse.measure.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
-from normfuse.prove import guard, inputs, rollback
+from normfuse.prove import float16_hazards, guard, inputs, rollback
 from normfuse.prove import validate as validate_module
 from normfuse.prove.sessions import parse_providers
 from normfuse.prove.validate import ValidationOptions
@@ -80,6 +80,11 @@ def optimize(
     `repair` evidence), or, with `refuse_repairs`, left decomposed (`repair-refused`).
     `max_opset` caps the default-domain opset the output may be raised to (the deployment
     runtime's); a site that needs more is left (`opset-too-low`, naming the cap).
+
+    A float16 site whose original subgraph overflows when every op rounds to float16 (a GPU
+    runtime's float16 kernels; ONNX Runtime's CPU provider runs them in float32) carries a
+    `float16_hazard` record: what overflows, from which spread, and the fused node's float32
+    statistics evaluated on the same rows (`prove.float16_hazards`, at the shapes `dims` gives).
 
     `with_stages` names tools run before the passes, each proved against the original like a
     site and with its failing options turned off (`ort_stage`: "ort-transformers", or
@@ -152,8 +157,10 @@ def _optimize_loaded(
             excluded |= slower
             result = rewrite_excluding(excluded)
         result.report.tuning = chooser.records()
+    hazard_dims = dict(dims or (validation.dims if validation else {}))
     if validation is None:
-        return _with_repairs(result, build, excluded, output_guard)
+        result = _with_repairs(result, build, excluded, output_guard)
+        return _with_float16_hazards(result, view, hazard_dims)
     checks = validate_module.check_sites(
         view.model,
         result.model,
@@ -178,7 +185,8 @@ def _optimize_loaded(
     report.sites, report.rolled_back = checks, failed
     report.repairs_refused = output_guard.refuse_repairs
     result.report.validation = report
-    return _with_repairs(result, build, excluded, output_guard)
+    result = _with_repairs(result, build, excluded, output_guard)
+    return _with_float16_hazards(result, view, hazard_dims)
 
 
 def _with_repairs(
@@ -199,6 +207,26 @@ def _with_repairs(
         ]
     if any(site.kind in CENTRED_KINDS and not site.repair for site in result.report.sites):
         result.report.notes.append(ILL_CONDITIONED_NOTE)
+    return result
+
+
+def _with_float16_hazards(
+    result: OptimizeResult, view: model_view.ModelView, dims: dict[str, int]
+) -> OptimizeResult:
+    """`result` with each float16 site whose original overflows in strict float16 carrying its
+    record (`float16_hazards`: sized for `dims`), and the note on how it was found."""
+    sites = float16_hazards.annotate(
+        result.report.sites,
+        view.model,
+        result.model,
+        view.types,
+        view.function_types,
+        dims,
+        result.base_dir,
+    )
+    result.report.sites = sites
+    if any(site.float16_hazard for site in sites):
+        result.report.notes.append(float16_hazards.NOTE)
     return result
 
 
