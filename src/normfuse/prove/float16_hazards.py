@@ -171,15 +171,21 @@ def _error(values: np.ndarray, reference: np.ndarray) -> float | None:
 
 def hazard_line(site: Site) -> str:
     """The table's line for a site with a hazard record, at most 100 characters (a long tensor
-    name keeps its end)."""
+    name loses its middle)."""
     record = site.float16_hazard or {}
     limit = record["max_finite_spread"]
     fused = {True: "finite", False: "NOT finite", None: "not cut out"}[record["fused_finite"]]
     tail = (
-        f": {record['first_non_finite']['op']} overflows above |x-mean| "
-        f"{'?' if limit is None else f'{limit:g}'}; fused: {fused}"
+        f": {record['first_non_finite']['op']} inf past |x-mean| "
+        f"{'?' if limit is None else f'{limit:g}'}, fused: {fused}"
     )
-    head = "float16 hazard at "
-    room = max(100 - len(head) - len(tail) - 2, 8)
-    name = site.output if len(site.output) <= room else "..." + site.output[-(room - 3) :]
-    return f"{head}{name!r}{tail}"
+    head = "float16 hazard "
+    return f"{head}{_elided(site.output, 100 - len(head) - len(tail) - 2)!r}{tail}"
+
+
+def _elided(name: str, room: int) -> str:
+    """`name`, or its start and end around `...` where it is longer than `room`."""
+    if len(name) <= room:
+        return name
+    kept = max(room - 3, 8)
+    return f"{name[: kept // 2]}...{name[len(name) - (kept - kept // 2) :]}"
