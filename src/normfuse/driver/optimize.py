@@ -23,7 +23,7 @@ from normfuse.match import records
 from normfuse.match.context import Context, Policy
 from normfuse.measure.forms import FormChooser
 from normfuse.passes import DEFAULT_PASS_NAMES
-from normfuse.prove import guard, inputs, rollback
+from normfuse.prove import float16_hazards, guard, inputs, openvino_runtime, rollback, sessions
 from normfuse.prove import validate as validate_module
 from normfuse.prove.sessions import parse_providers
 from normfuse.prove.validate import ValidationOptions
@@ -57,6 +57,7 @@ def optimize(
     max_opset: int | None = None,
     with_stages: Sequence[str] = (),
     stage_providers: Sequence[str] = ("cpu",),
+    providers: Sequence[str] = (),
 ) -> OptimizeResult:
     """Fuse every normalisation subgraph of `model` (a `ModelProto` or a path).
 
@@ -81,10 +82,20 @@ def optimize(
     `max_opset` caps the default-domain opset the output may be raised to (the deployment
     runtime's); a site that needs more is left (`opset-too-low`, naming the cap).
 
+    A float16 site whose original subgraph overflows when every op rounds to float16 (a GPU
+    runtime's float16 kernels; ONNX Runtime's CPU provider runs them in float32) carries a
+    `float16_hazard` record: what overflows, from which spread, and the fused node's float32
+    statistics evaluated on the same rows (`prove.float16_hazards`, at the shapes `dims` gives).
+
     `with_stages` names tools run before the passes, each proved against the original like a
     site and with its failing options turned off (`ort_stage`: "ort-transformers", or
     "ort-transformers:MODEL_TYPE"); `stage_providers` are the providers a stage's output must
     load on. Their records are `report.stages`.
+
+    The output is for the execution providers `providers` names, `stage_providers`,
+    `validation`'s and `tune_for` (short names; CPU when none is named): a fused op whose kernel
+    on one of them has a known hazard is not emitted (`match.kernel_hazards`: on "cuda", no
+    float16 Skip* op). The rule follows what is asked; nothing runs on a provider named only here.
     """
     loaded = _load(model, base_dir)
     targets.check_max_opset(loaded.model, max_opset)
@@ -107,6 +118,7 @@ def optimize(
             output_guard,
             max_opset,
             original=loaded,
+            providers=_target_providers(providers, stage_providers, validation, tune_for),
         )
     finally:
         output_guard.close()
@@ -126,9 +138,11 @@ def _optimize_loaded(
     output_guard: guard.OutputGuard,
     max_opset: int | None = None,
     original: model_io.LoadedModel | None = None,
+    providers: tuple[str, ...] = ("cpu",),
 ) -> OptimizeResult:
     """`optimize` of the loaded model, its rewrites proved by `output_guard`; validation
-    compares the result with `original` (default: `loaded`; a stage's input)."""
+    compares the result with `original` (default: `loaded`; a stage's input); the output is for
+    `providers`."""
     with guard_rewrite():
         view = model_view.build(loaded.model, loaded.base_dir)  # every fact, derived once
     chooser = None
@@ -137,7 +151,9 @@ def _optimize_loaded(
         passes = passes if passes is not None else [*DEFAULT_PASS_NAMES, "skip-norm"]
 
     def build(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
-        return _optimize(loaded, view, target, passes, excluded, _name(model), chooser, max_opset)
+        return _optimize(
+            loaded, view, target, passes, excluded, _name(model), chooser, max_opset, providers
+        )
 
     def rewrite_excluding(excluded: dict[str, tuple[str, str]]) -> OptimizeResult:
         return rollback.guarded(build, excluded, output_guard)
@@ -152,8 +168,10 @@ def _optimize_loaded(
             excluded |= slower
             result = rewrite_excluding(excluded)
         result.report.tuning = chooser.records()
+    hazard_dims = dict(dims or (validation.dims if validation else {}))
     if validation is None:
-        return _with_repairs(result, build, excluded, output_guard)
+        result = _with_repairs(result, build, excluded, output_guard)
+        return _with_float16_hazards(result, view, hazard_dims)
     checks = validate_module.check_sites(
         view.model,
         result.model,
@@ -178,7 +196,8 @@ def _optimize_loaded(
     report.sites, report.rolled_back = checks, failed
     report.repairs_refused = output_guard.refuse_repairs
     result.report.validation = report
-    return _with_repairs(result, build, excluded, output_guard)
+    result = _with_repairs(result, build, excluded, output_guard)
+    return _with_float16_hazards(result, view, hazard_dims)
 
 
 def _with_repairs(
@@ -202,6 +221,26 @@ def _with_repairs(
     return result
 
 
+def _with_float16_hazards(
+    result: OptimizeResult, view: model_view.ModelView, dims: dict[str, int]
+) -> OptimizeResult:
+    """`result` with each float16 site whose original overflows in strict float16 carrying its
+    record (`float16_hazards`: sized for `dims`), and the note on how it was found."""
+    sites = float16_hazards.annotate(
+        result.report.sites,
+        view.model,
+        result.model,
+        view.types,
+        view.function_types,
+        dims,
+        result.base_dir,
+    )
+    result.report.sites = sites
+    if any(site.float16_hazard for site in sites):
+        result.report.notes.append(float16_hazards.NOTE)
+    return result
+
+
 # Layer and group norms: their kernels centre the rows in another order than the graph.
 CENTRED_KINDS = ("layer-norm", "group-norm")
 
@@ -210,6 +249,26 @@ ILL_CONDITIONED_NOTE = (
     "note: fused layer norms match the graph except on rows of mean >= 1e3x spread "
     "(float32's limit; docs/limitations.md)"
 )
+
+
+def _target_providers(
+    providers: Sequence[str],
+    stage_providers: Sequence[str],
+    validation: ValidationOptions | None,
+    tune_for: str | None,
+) -> tuple[str, ...]:
+    """The providers the output is for, in order, each once: those named, the stages', the
+    validation's and the tuned one (the command line's `--providers` reaches the last three).
+    Their names are checked, not whether they are installed."""
+    named = [*providers, *stage_providers, *(validation.providers if validation else ())]
+    names = [name.strip().lower() for name in [*named, *([tune_for] if tune_for else [])]]
+    unknown = [name for name in names if name not in KNOWN_PROVIDERS]
+    if unknown:
+        raise NormfuseError(f"unknown provider {', '.join(unknown)}; use cpu, cuda or openvino")
+    return tuple(dict.fromkeys(names)) or ("cpu",)
+
+
+KNOWN_PROVIDERS = (*sessions.PROVIDERS, openvino_runtime.NAME)
 
 
 def _failed_detail(check: validate_module.SiteCheck) -> str:
@@ -229,8 +288,10 @@ def _optimize(
     name: str | None,
     chooser: FormChooser | None = None,
     max_opset: int | None = None,
+    providers: tuple[str, ...] = ("cpu",),
 ) -> OptimizeResult:
-    """One rewrite of `loaded`: import, run the passes, export, set opsets, check, report."""
+    """One rewrite of `loaded` for `providers`: import, run the passes, export, set opsets,
+    check, report."""
     from normfuse.passes import select
 
     try:
@@ -243,7 +304,9 @@ def _optimize(
     blocked = {**targets.fixed_blockers(original), **targets.ceiling_blockers(max_opset)}
     with guard_rewrite():
         while True:
-            context, function_contexts = _contexts(view, chosen_target, excluded, chooser, blocked)
+            context, function_contexts = _contexts(
+                view, chosen_target, excluded, chooser, blocked, providers
+            )
             graph = view.import_graph()
             nodes_before = len(graph.nodes)
             if view.unsupported is None:
@@ -281,9 +344,11 @@ def _contexts(
     excluded: dict[str, tuple[str, str]],
     chooser: FormChooser | None,
     blocked: dict[int, str],
+    providers: tuple[str, ...],
 ) -> tuple[Context, dict[tuple[str, str], Context]]:
     """The context for the main graph, and one per model-local function: the scope's facts
-    (`ModelView.scope_facts`) and the policy, raising the opset to none of `blocked`."""
+    (`ModelView.scope_facts`) and the policy, raising the opset to none of `blocked`, for
+    `providers`."""
     original = view.model
     policy = Policy(
         target,
@@ -291,6 +356,7 @@ def _contexts(
         dict(excluded),
         chooser,
         dict(blocked),
+        providers,
     )
     main_facts, function_facts = view.scope_facts()
     function_contexts = {
@@ -322,9 +388,13 @@ def inspect(
     passes: str | list[str] | None = None,
     base_dir: str | os.PathLike | None = None,
     max_opset: int | None = None,
+    providers: Sequence[str] = (),
 ) -> Report:
-    """Report what `optimize` would fuse and every near-miss, changing nothing."""
-    return optimize(model, target, passes, base_dir, max_opset=max_opset).report
+    """Report what `optimize` would fuse for `providers` (see `optimize`) and every near-miss,
+    changing nothing."""
+    return optimize(
+        model, target, passes, base_dir, max_opset=max_opset, providers=providers
+    ).report
 
 
 def save(

@@ -11,6 +11,7 @@ import onnx
 
 from normfuse.facts.shapes import TensorType
 from normfuse.match.records import FUSED_NORM_OPS, NearMiss, Site
+from normfuse.prove.float16_hazards import hazard_line
 from normfuse.prove.validate import ValidationReport
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ class Report:
         for kind, count in self.kept_counts().items():
             lines.append(f"kept as is: {count} {kind} site(s) already in their fastest exact form")
         lines.extend(repair_line(site) for site in self.sites if site.repair)
+        lines.extend(hazard_line(site) for site in self.sites if site.float16_hazard)
         lines.extend(self.notes)
         lines.extend(f"tuned: {choice['summary']}" for choice in self.tuning)
         if self.validation is not None:

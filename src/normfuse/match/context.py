@@ -1,6 +1,7 @@
 """What a check may consult (`Context`): the scope's facts (`facts.ScopeFacts`: constants,
 derived types, conflicts) and, apart from them, the driver's policy for the scope (`Policy`: the
-target and its emissions, the exclusions, the `--tune-for` form timer, blocked opsets).
+target and its emissions, the exclusions, the `--tune-for` form timer, blocked opsets, the
+providers the output is for).
 
 Its own module so that the modules checks use (the final check, the passes) need not import the
 driver to name it. The form timer is seen only through `SkipFormChooser`, the two things a check
@@ -49,7 +50,8 @@ class SkipFormChooser(Protocol):
 @dataclass(frozen=True)
 class Policy:
     """What the driver decides for one scope, beyond the facts: the target and the op each
-    family emits there, the exclusions, the `--tune-for` form timer, the blocked opsets."""
+    family emits there, the exclusions, the `--tune-for` form timer, the blocked opsets, the
+    providers the output is for."""
 
     target: Target
     emissions: dict[str, Emission | None]
@@ -60,6 +62,9 @@ class Policy:
     form_chooser: SkipFormChooser | None = None
     # Opsets the model may not be raised to -> why (the near-miss of a site that needs one).
     opset_blockers: dict[int, str] = field(default_factory=dict)
+    # The execution providers the output is for (short names), as asked, never as installed:
+    # a fused op with a known kernel hazard on one of them is refused (`kernel_hazards`).
+    providers: tuple[str, ...] = ("cpu",)
 
 
 @dataclass(frozen=True)

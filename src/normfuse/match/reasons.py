@@ -258,6 +258,12 @@ REASONS = (
         ("skip_norm",),
     ),
     Reason(
+        "provider-kernel-hazard",
+        "a provider the output is for has a known hazard in the fused op's kernel for this dtype "
+        "(kernel_hazards: CUDA's Skip* ops sum float16 squares in float16)",
+        ("kernel_hazards",),
+    ),
+    Reason(
         "skip-bias-order",
         "a bias added after the residual sum (the CPU and CUDA kernels add in other orders)",
         ("skip_norm",),

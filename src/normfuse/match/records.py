@@ -104,6 +104,9 @@ class Site:
     # Where the fused model differs from the original beyond tolerance, no further from float64
     # (the output guard's `Repair.as_dict`, one per output and input profile); (): nowhere.
     repair: tuple[dict, ...] = field(default=(), repr=False, compare=False)
+    # Where the original subgraph overflows in strict float16 (a GPU runtime's float16 kernels)
+    # and what the fused node computes there (`float16_hazards`); None: no overflow found.
+    float16_hazard: dict | None = field(default=None, repr=False, compare=False)
 
     def input_names(self) -> tuple[str, ...]:
         """The graph tensors the fused node reads (its non-constant inputs), first one first."""
@@ -125,6 +128,7 @@ class Site:
             "output": self.output,
             "removed_nodes": list(self.removed_nodes),
             **({"repair": list(self.repair)} if self.repair else {}),
+            **({"float16_hazard": dict(self.float16_hazard)} if self.float16_hazard else {}),
         }
 
 
