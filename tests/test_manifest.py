@@ -242,3 +242,36 @@ def test_only_arithmetic_over_the_models_own_dims_is_an_expression() -> None:
     for text in ("a", "a / b", "a ** b", "-a", "a + 1.5", "a + True", "f(a)", "a.b + 1", "a +"):
         assert dim_expressions.parse(text, dims) is None, text
     assert dim_expressions.parse("+".join(["a"] * 200), dims) is None  # too long to read
+
+
+def test_no_report_or_output_replaces_a_file_the_command_reads(tmp_path: Path, capsys) -> None:
+    """The manifest and every --inputs archive (the command line's or an entry's) are read-only:
+    a --report or an output naming one is refused before any work, the file unchanged."""
+    folder = copy([BERT, GPT2], tmp_path / "models")
+    model = folder / BERT.name
+    from normfuse.prove.inputs import make_inputs
+
+    arrays, _ = make_inputs(onnx.load(model), {"sequence": 4})
+    npz = tmp_path / "in.npz"
+    np.savez(npz, **arrays)
+    manifest = write_json(
+        tmp_path / "m.json",
+        [{"model": f"models/{BERT.name}", "inputs": str(npz)}, {"model": f"models/{GPT2.name}"}],
+    )
+    kept = {path: path.read_bytes() for path in (npz, manifest)}
+    out = tmp_path / "out"
+    out.mkdir()
+    runs = [
+        ["optimize", str(model), "-o", str(tmp_path / "o.onnx"), "--validate", "--inputs", str(npz),
+         "--report", str(npz)],
+        ["optimize", "--manifest", str(manifest), "-o", str(out), "--report", str(manifest)],
+        ["optimize", "--manifest", str(manifest), "-o", str(out), "--validate", "--report",
+         str(npz)],
+        ["validate", "--manifest", str(manifest), str(folder), "--report", str(manifest)],
+        ["bench", str(model), str(model), "--inputs", str(npz), "--report", str(npz)],
+    ]  # fmt: skip
+    for argv in runs:
+        assert main(argv) == 2, argv
+        assert "normfuse: error:" in capsys.readouterr().err
+        assert {path: path.read_bytes() for path in kept} == kept
+    assert list(out.iterdir()) == []

@@ -24,7 +24,7 @@ from normfuse.prove.inputs import symbolic_dims
 
 def tune_command(args: argparse.Namespace) -> int:
     loaded, inputs = shared.load(args.model)
-    with OutputPlan(inputs) as plan:
+    with OutputPlan(inputs | shared.files_read(args)) as plan:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
         report = tune(model, shared.bench_options(args))
@@ -53,7 +53,7 @@ def bench_command(args: argparse.Namespace) -> int:
         for path, item in zip(args.models, loaded, strict=True)
     ]
     stream = shared.human_stream(args)
-    with OutputPlan(inputs) as plan:
+    with OutputPlan(inputs | shared.files_read(args)) as plan:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         plot_path = shared.plan_plot(plan, args)
         report = run_bench(models, shared.bench_options(args))
@@ -82,7 +82,7 @@ def validate_command(args: argparse.Namespace) -> int:
     original, candidate = args.models
     inputs = shared.load(original)[1] | shared.load(candidate)[1]
     stream = shared.human_stream(args)
-    with OutputPlan(inputs) as plan:
+    with OutputPlan(inputs | shared.files_read(args)) as plan:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         options = shared.validation_options(args)
         report = normfuse.validate(original, candidate, options)
@@ -111,7 +111,7 @@ def _pairs(args: argparse.Namespace, run: shared.PairRun, words: dict[int, str])
         jobs.append((own, entry.model, candidate, model, other))
         inputs |= model_files | other_files
     stream = shared.human_stream(args)
-    with OutputPlan(inputs) as plan:
+    with OutputPlan(inputs | shared.files_read(args, [job[0] for job in jobs])) as plan:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         outcomes = []
         for own, model_path, candidate, model, other in jobs:
@@ -189,7 +189,7 @@ def inspect_command(args: argparse.Namespace) -> int:
     model_path = args.models[0]
     loaded, inputs = shared.load(model_path)
     destination = STDOUT if args.json else args.report
-    with OutputPlan(inputs) as plan:
+    with OutputPlan(inputs | shared.files_read(args)) as plan:
         report_path = shared.plan(plan, destination, "--report", allow_stdout=True)
         report = _inspect_one(args, model_path, loaded, destination != STDOUT)
         shared.stage_text(plan, destination, report_path, report.to_json())
@@ -231,7 +231,7 @@ def _inspect_batch(args: argparse.Namespace) -> int:
         inputs |= {item.path, *external_files(item.loaded.model, item.loaded.base_dir)}
     destination = STDOUT if args.json else args.report
     show = destination != STDOUT
-    with OutputPlan(inputs) as plan:
+    with OutputPlan(inputs | shared.files_read(args)) as plan:
         report_path = shared.plan(plan, destination, "--report", allow_stdout=True)
         outcomes = []
         for item in found:

@@ -41,7 +41,7 @@ def _optimize_single(args: argparse.Namespace, model: Path) -> int:
     # MODEL itself may be replaced with --in-place, its external data never
     protected = external_files(loaded.model, loaded.base_dir) if args.in_place else files
     stream = shared.human_stream(args)
-    with OutputPlan(protected) as plan:
+    with OutputPlan(protected | shared.files_read(args)) as plan:
         planned = plan_save(
             plan,
             destination,
@@ -79,7 +79,7 @@ def _optimize_batch(args: argparse.Namespace) -> int:
         files = external_files(loaded.model, loaded.base_dir)
         protected |= files if args.in_place else {entry.model, *files}
     stream = shared.human_stream(args)
-    with OutputPlan(protected) as plan:
+    with OutputPlan(protected | shared.files_read(args, owns)) as plan:
         label = "--in-place" if args.in_place else "-o"
         planned = [
             plan_save(

@@ -8,7 +8,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -223,3 +223,11 @@ def check_entry_inputs(entry: manifest.Entry, loaded: LoadedModel, own: argparse
         check_inputs(loaded.model, parse_dims(own.dims), own.inputs)
     except NormfuseError as error:
         raise NormfuseError(f"{entry.label}: {error}") from None
+
+
+def files_read(args: argparse.Namespace, owns: Iterable[argparse.Namespace] = ()) -> set[Path]:
+    """The files a command reads besides its models, never to be written: the manifest and
+    every `--inputs` archive (the command line's and each model's own, `owns`)."""
+    found = [getattr(args, "manifest", None), getattr(args, "inputs", None)]
+    found += [getattr(own, "inputs", None) for own in owns]
+    return {Path(path) for path in found if path is not None}
