@@ -32,11 +32,13 @@ def main(argv: list[str] | None = None, keep_signals_ignored: bool = False) -> i
     if mistyped:
         return _fail(mistyped, EXIT_USAGE)
     args = build_parser().parse_args(argv)
-    import onnxruntime as ort
-    from onnx_graphsurgeon.logger.logger import G_LOGGER
+    try:  # the ONNX libraries, now that the command needs them (a second or two)
+        import onnxruntime as ort
+        from onnx_graphsurgeon.logger.logger import G_LOGGER
 
-    from normfuse.cli import shared
-
+        from normfuse.cli import shared
+    except KeyboardInterrupt:  # nothing is staged yet
+        return _fail("interrupted (SIGINT) while starting; nothing written", EXIT_SIGINT)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
     ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
     with outputs.command_signals(keep_after_commit=keep_signals_ignored):
