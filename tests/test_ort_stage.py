@@ -255,3 +255,64 @@ def test_fusion_flags_leave_the_approximation_and_shape_inference_alone() -> Non
     assert "enable_nhwc_conv" in flags and "enable_group_norm" in flags
     assert "enable_gelu_approximation" not in flags
     assert "enable_shape_inference" not in flags
+
+
+def _batch_and_hidden_lookalike() -> onnx.ModelProto:
+    """Statistics over the batch and hidden axes of x [batch, 4, 8], the batch symbolic: at
+    batch 1 it equals a layer norm over the hidden axis, at batch 2 it does not."""
+    model = lookalike(0)
+    for node in model.graph.node:
+        if node.op_type == "ReduceMean":
+            del node.attribute[:]
+            node.attribute.append(helper.make_attribute("axes", [0, 2]))
+    for info in (*model.graph.input, *model.graph.output):
+        info.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
+
+
+def test_a_fusion_right_only_at_batch_one_is_turned_off() -> None:
+    """A tool's output is also run at batch 2 (adversary 15: at batch 1 alone the optimizer's
+    layer norm over the hidden axis matched a norm whose statistics include the batch)."""
+    model = _batch_and_hidden_lookalike()
+    result = normfuse.optimize(model, with_stages=[STAGE])
+    (off,) = stage_of(result)["turned_off"]
+    assert (off["option"], off["reason"]) == ("enable_layer_norm", "output-differs")
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 4, 8)).astype(np.float32)}
+    assert_same_numerics(model, result.model, feeds)
+
+
+def test_a_change_inside_an_if_branch_is_turned_off() -> None:
+    """Generated inputs take one branch of an If: a tool's change inside a branch is refused
+    (`stage-changed-body`), never left unproved; the record counts ops inside bodies."""
+    body = lookalike(2)
+    branch = helper.make_graph(
+        list(body.graph.node),
+        "else",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["doubled"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("doubled", TensorProto.FLOAT, [2, 4, 8])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["out"], then_branch=other, else_branch=branch)],
+        "branches",
+        [
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4, 8])],
+        list(body.graph.initializer),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    result = normfuse.optimize(model, with_stages=[STAGE])
+    stage = stage_of(result)
+    assert [(off["option"], off["reason"]) for off in stage["turned_off"]] == [
+        ("enable_layer_norm", "stage-changed-body")
+    ]
+    x = np.random.default_rng(2).standard_normal((2, 4, 8)).astype(np.float32)
+    for cond in (True, False):
+        assert_same_numerics(model, result.model, {"cond": np.array(cond), "x": x})

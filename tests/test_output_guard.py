@@ -518,3 +518,22 @@ def test_the_guard_catches_a_wrong_site_in_a_with_past_decoder(monkeypatch) -> N
         site.output for site in honest.report.sites if site.output != target
     ]
     assert [miss.reason for miss in guarded.report.near_misses] == ["output-differs"]
+
+
+def test_the_wide_probe_pads_masks_left_and_right() -> None:
+    """A stage's second guard runs at batch 2 with padded masks: row 0 padded on the right,
+    row 1 on the left, other inputs untouched (adversary 15: an attention fusion that ignored
+    the mask's layout passed on a mask of ones)."""
+    feeds = {
+        "attention_mask": np.ones((2, 6), np.int64),
+        "x": np.ones((2, 6), np.float32),
+        "mask_flags": np.ones((2, 1, 6), bool),
+    }
+    padded = inputs.padded_masks(feeds)
+    assert padded["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert padded["mask_flags"][:, 0].tolist() == [
+        [True] * 4 + [False] * 2,
+        [False] * 2 + [True] * 4,
+    ]
+    assert padded["x"] is feeds["x"]
+    assert inputs.WIDE_PROBE.batch == 2 and inputs.WIDE_PROBE.padded_masks

@@ -10,7 +10,7 @@ import onnx
 from normfuse.driver.report import Report
 from normfuse.errors import NormfuseError
 from normfuse.io import model_io
-from normfuse.prove import guard
+from normfuse.prove import guard, inputs
 from normfuse.stages import ort_transformers as ort_stage
 from normfuse.target import targets
 
@@ -37,11 +37,15 @@ def run_stages(
     """Each stage in turn, every output proved against the original `loaded`."""
     records, current = [], loaded.model
     for spec in specs:
-        stage_guard = guard.OutputGuard(loaded.model, refuse_repairs, loaded.base_dir)
+        guards = [  # small sizes, and batch 2 with padded masks: a tool's fusion is untrusted
+            guard.OutputGuard(loaded.model, refuse_repairs, loaded.base_dir, probe)
+            for probe in (inputs.SMALL_PROBE, inputs.WIDE_PROBE)
+        ]
         try:
-            current, record = ort_stage.run_stage(current, spec, stage_guard, providers)
+            current, record = ort_stage.run_stage(current, spec, guards, providers)
         finally:
-            stage_guard.close()
+            for stage_guard in guards:
+                stage_guard.close()
         records.append(record)
     return model_io.LoadedModel(current, loaded.base_dir), records
 

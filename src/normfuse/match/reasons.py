@@ -334,6 +334,11 @@ REASONS = (
         ("guard", "ort_transformers"),
     ),
     Reason(
+        "stage-changed-body",
+        "a stage's tool (--with) changed a nested body no generated input reaches on every path",
+        ("ort_transformers",),
+    ),
+    Reason(
         "optimizer-crashed",
         "a stage's tool (--with) raised with these options; they are turned off",
         ("ort_transformers",),

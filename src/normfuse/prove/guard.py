@@ -111,8 +111,11 @@ class OutputGuard:
         original: onnx.ModelProto,
         refuse_repairs: bool = False,
         base_dir: Path | None = None,
+        probe: inputs.ProbeSizes = inputs.SMALL_PROBE,
     ) -> None:
         self.original = original
+        # The sizes (and masks) the models are run at.
+        self.probe = probe
         # The folder of the original's external weights (which the rewrite reads too).
         self.base_dir = base_dir
         # With it, a repair is a failure (`repair-refused`) and its site is left decomposed.
@@ -131,7 +134,7 @@ class OutputGuard:
         """Start the original's run on a worker thread where the graph is large
         (`EARLY_NODES`) and the run would happen (`runnable`); `close` waits for it."""
         if self._threaded and self._early is None and runnable(self.original, self.base_dir):
-            self._early = _Worker(lambda: _Reference.of(self.original, self.base_dir))
+            self._early = _Worker(lambda: _Reference.of(self.original, self.base_dir, self.probe))
 
     def runs(self) -> bool:
         """Whether a rewrite is proved by running it beside the original (the original is
@@ -248,9 +251,10 @@ class OutputGuard:
     def _run_reference(self) -> _Reference | None:
         if not self._reference_tried:
             early = self._early
-            reference = (
-                _Reference.of(self.original, self.base_dir) if early is None else early.wait()
-            )
+            if early is None:
+                reference = _Reference.of(self.original, self.base_dir, self.probe)
+            else:
+                reference = early.wait()
             self._reference, self._reference_tried = reference, True
         return self._reference
 
@@ -357,7 +361,11 @@ class _Reference:
     base_dir: Path | None = None
 
     @staticmethod
-    def of(original: onnx.ModelProto, base_dir: Path | None = None) -> _Reference | None:
+    def of(
+        original: onnx.ModelProto,
+        base_dir: Path | None = None,
+        probe: inputs.ProbeSizes = inputs.SMALL_PROBE,
+    ) -> _Reference | None:
         """The original's runs, or None where it is too large or does not load or run on
         generated inputs (then only the weightless checks apply). A profile the original does
         not run on is left out."""
@@ -367,7 +375,7 @@ class _Reference:
             session = sessions.create(original, "cpu", "disable", base_dir)
         except Exception:  # whatever stops the original's run, the run is not a check
             return None
-        found = _first_run(session, original)
+        found = _first_run(session, original, probe)
         if found is None:
             return None
         feeds, first = found
@@ -531,12 +539,16 @@ def _session_error(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def _first_run(session, original: onnx.ModelProto) -> tuple[dict, list] | None:
+def _first_run(
+    session, original: onnx.ModelProto, probe: inputs.ProbeSizes = inputs.SMALL_PROBE
+) -> tuple[dict, list] | None:
     """The feeds of the first of `inputs.probe_dim_choices` the original runs on, and its
     outputs; None where it runs on none."""
-    for dims in inputs.probe_dim_choices(original):
+    for dims in inputs.probe_dim_choices(original, probe):
         try:
             feeds, _ = inputs.make_inputs(original, dims)
+            if probe.padded_masks:
+                feeds = inputs.padded_masks(feeds)
             return feeds, session.run(None, feeds)
         except Exception:  # an input the model rejects: the next choice
             continue

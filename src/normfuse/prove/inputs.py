@@ -76,12 +76,31 @@ def input_hint(dims: dict[str, int], npz: str | None) -> str:
     return "give --dims or --inputs"
 
 
-def probe_dims(model: onnx.ModelProto) -> dict[str, int]:
-    """Small sizes for the named symbolic dims of `model`'s inputs: 1 for a batch-like one,
-    `PROBE_DIM` for any other, and a dim the model declares as arithmetic over the others
-    (`past_sequence_length + sequence_length`) computed from theirs (the output guard's runs)."""
+@dataclass(frozen=True)
+class ProbeSizes:
+    """The sizes the output guard runs a model at: `batch` for a batch-like symbolic dim,
+    `other` for any other; with `padded_masks`, integer and bool inputs named like a mask get
+    padding (`padded_masks`)."""
+
+    batch: int = 1
+    other: int = PROBE_DIM
+    padded_masks: bool = False
+
+
+# The output guard's sizes: small (every rewrite); and wider, with padded masks, for a stage's
+# output (a tool's fusion may mix batch rows or ignore a mask's padding: batch 1 and a mask of
+# ones cannot show it).
+SMALL_PROBE = ProbeSizes()
+WIDE_PROBE = ProbeSizes(batch=2, other=5, padded_masks=True)
+
+
+def probe_dims(model: onnx.ModelProto, probe: ProbeSizes = SMALL_PROBE) -> dict[str, int]:
+    """Small sizes for the named symbolic dims of `model`'s inputs: `probe.batch` for a
+    batch-like one, `probe.other` for any other, and a dim the model declares as arithmetic over
+    the others (`past_sequence_length + sequence_length`) computed from theirs (the output
+    guard's runs)."""
     sizes = {
-        dim.dim_param: 1 if _BATCH_LIKE.search(dim.dim_param) else PROBE_DIM
+        dim.dim_param: probe.batch if _BATCH_LIKE.search(dim.dim_param) else probe.other
         for info in graph_inputs(model)
         for dim in info.type.tensor_type.shape.dim
         if dim.dim_param and not dim.HasField("dim_value")
@@ -96,13 +115,15 @@ def probe_dims(model: onnx.ModelProto) -> dict[str, int]:
     return {**sizes, **{name: size for name, size in derived.items() if size > 0}}
 
 
-def probe_dim_choices(model: onnx.ModelProto) -> list[dict[str, int]]:
+def probe_dim_choices(
+    model: onnx.ModelProto, probe: ProbeSizes = SMALL_PROBE
+) -> list[dict[str, int]]:
     """The sizes the output guard tries, in order, until the original runs: `probe_dims`, then,
     where the model's outputs declare dims as arithmetic over its input dims (a with-past
     decoder's `s15 + s70` present length), the same with every input dim that no output names
     set to that declared size (the attention mask's own `s53`). A choice is a guess; only the
     original's run on it makes it inputs the model accepts."""
-    first = probe_dims(model)
+    first = probe_dims(model, probe)
     names = set(first)
     declared = {
         dim.dim_param
@@ -124,6 +145,24 @@ def probe_dim_choices(model: onnx.ModelProto) -> list[dict[str, int]]:
     return [first] + [
         {**first, **dict.fromkeys(sorted(free), value)} for value in sorted(values) if free
     ]
+
+
+def padded_masks(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`feeds` with every integer or bool input named like a mask (rank 2 or more) padded along
+    its last axis: a third of each row's positions zero, at the end of even rows (right padding)
+    and the start of odd ones (left padding), the rest one."""
+    padded = dict(feeds)
+    for name, array in feeds.items():
+        if "mask" not in name.lower() or array.ndim < 2 or array.dtype.kind not in "biu":
+            continue
+        length = array.shape[-1]
+        pad = length // 3 if length > 2 else 0
+        rows = np.ones(array.shape, array.dtype).reshape(-1, length)
+        for index in range(rows.shape[0]):
+            zeros = slice(length - pad, length) if index % 2 == 0 else slice(0, pad)
+            rows[index, zeros] = 0
+        padded[name] = rows.reshape(array.shape)
+    return padded
 
 
 def make_inputs(

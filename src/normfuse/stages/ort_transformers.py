@@ -32,6 +32,7 @@ import onnx
 
 from normfuse.errors import NormfuseError, first_line
 from normfuse.io.model_io import external_tensors
+from normfuse.ir.scopes import all_graphs
 from normfuse.prove import sessions
 from normfuse.prove.guard import Failure, OutputGuard
 from normfuse.stages.model_type import infer_model_type
@@ -147,12 +148,14 @@ class Attempt:
 def run_stage(
     model: onnx.ModelProto,
     spec: StageSpec,
-    output_guard: OutputGuard,
+    guards: Sequence[OutputGuard],
     providers: Sequence[str] = ("cpu",),
 ) -> tuple[onnx.ModelProto, StageRecord]:
-    """The optimizer's output of `model` that `output_guard` (built on `model`) accepts and
-    every provider of `providers` loads, with the options it needed turned off; `model` itself
-    where the stage is skipped. Always with the stage's record."""
+    """The optimizer's output of `model` that every guard of `guards` (built on `model`, each
+    running it at its own sizes) accepts and every provider of `providers` loads, with the
+    options it needed turned off; `model` itself where the stage is skipped. Always with the
+    stage's record."""
+    output_guard = guards[0]
     model_type, source = spec.model_type, "given"
     if model_type is None:
         model_type, evidence = infer_model_type(model)
@@ -168,7 +171,7 @@ def run_stage(
     def check(off: frozenset[str]) -> Failure | None:
         if off not in verdicts:
             attempts[off] = run_optimizer(model, model_type, off)
-            verdicts[off] = _check(attempts[off], output_guard, providers)
+            verdicts[off] = _check(attempts[off], model, guards, providers)
         return verdicts[off]
 
     if check(frozenset()) is not None:
@@ -232,20 +235,59 @@ def run_optimizer(model: onnx.ModelProto, model_type: str, off: frozenset[str]) 
         logging.disable(silenced)
 
 
-def _check(attempt: Attempt, output_guard: OutputGuard, providers: Sequence[str]) -> Failure | None:
-    """Why the attempt's output may not stand in for the original: the optimizer crashed, a
-    provider has no kernel for one of its ops (it does not load there), or the guard refuses
-    it (its CPU load and runs included)."""
+def _check(
+    attempt: Attempt,
+    model: onnx.ModelProto,
+    guards: Sequence[OutputGuard],
+    providers: Sequence[str],
+) -> Failure | None:
+    """Why the attempt's output may not stand in for the original: the optimizer crashed,
+    changed a nested body (an If branch, a Loop or Scan body, a function) that no run can cover
+    on every path, a provider has no kernel for one of its ops (it does not load there), or a
+    guard refuses it (its CPU load and runs, at that guard's sizes, included)."""
     if attempt.failure is not None:
         return attempt.failure
+    changed = _nested_changes(model, attempt.model)
+    if changed:
+        return Failure(
+            "stage-changed-body",
+            f"it changed {changed} inside nested bodies (If/Loop/Scan, functions), where generated "
+            "inputs cannot reach every path",
+        )
     for provider in providers:
         if provider == "cpu":  # the guard's own load and runs are on the CPU provider
             continue
         try:
-            sessions.create(attempt.model, provider, "disable", output_guard.base_dir)
+            sessions.create(attempt.model, provider, "disable", guards[0].base_dir)
         except NormfuseError as error:
             return Failure("output-does-not-load", f"on {provider}: {error}")
-    return output_guard.failure(attempt.model, ort_only=True)
+    for output_guard in guards:
+        failure = output_guard.failure(attempt.model, ort_only=True)
+        if failure is not None:
+            return failure
+    return None
+
+
+def _nested_changes(model: onnx.ModelProto, optimised: onnx.ModelProto) -> str:
+    """The op counts by which the nested bodies of `optimised` differ from `model`'s ("" where
+    they hold the same ops)."""
+    before, after = _nested_ops(model), _nested_ops(optimised)
+    if before == after:
+        return ""
+    added, removed = after - before, before - after
+    parts = [f"+{count} {op}" for op, count in sorted(added.items())]
+    parts += [f"-{count} {op}" for op, count in sorted(removed.items())]
+    return ", ".join(parts)
+
+
+def _nested_ops(model: onnx.ModelProto) -> Counter:
+    """The ops of every nested body and model-local function of `model`."""
+    found: Counter = Counter()
+    for graph in list(all_graphs(model.graph))[1:]:
+        found.update(node.op_type for node in graph.node)
+    for function in model.functions:
+        found.update(node.op_type for node in function.node)
+    return found
 
 
 def _unprovable(model: onnx.ModelProto, output_guard: OutputGuard) -> str | None:
@@ -290,7 +332,8 @@ def _applied(
 
 
 def _ops(model: onnx.ModelProto) -> Counter:
-    return Counter(node.op_type for node in model.graph.node)
+    """The ops of `model`, nested bodies and functions included."""
+    return Counter(node.op_type for node in model.graph.node) + _nested_ops(model)
 
 
 def uses_contrib_ops(model: onnx.ModelProto) -> bool:
