@@ -151,3 +151,23 @@ def test_a_layer_norm_the_profiles_cannot_reach_carries_the_class_note() -> None
         )
     )
     assert rms.report.sites and not rms.report.notes  # RMS norms do not centre: no such note
+
+
+def test_a_repair_kept_by_its_typical_distance_says_so() -> None:
+    """Where the rewrite is further from float64 at its worst element but not typically (the
+    RMS rule), the record and its line give both distances (adversary 15: the line showed only
+    the worst elements, the rewrite's twice the original's, under a rule saying 'no further')."""
+    from normfuse.prove.compare import nearness
+    from normfuse.prove.guard import Repair
+
+    reference = np.zeros(100)
+    original = np.full(100, 1e-3)
+    spiky = np.zeros(100)
+    spiky[0] = 2e-3
+    assert nearness(original * 0.5, original, reference, 0.0, 0.0) == "largest"
+    assert nearness(spiky, original, reference, 0.0, 0.0) == "typical"
+    assert nearness(original * 2, original, reference, 0.0, 0.0) is None
+    line = Repair("offset", "y", 0.00203, 0.00391, (1.0e-4, 1.2e-4)).sentence()
+    assert "typical (RMS) 0.00012 from float64 against the original's 0.0001" in line
+    assert "(largest 0.00391 against 0.00203)" in line
+    assert Repair("offset", "y", 0.00203, 0.00391, (1e-4, 1.2e-4)).as_dict()["typical_to_float64"]

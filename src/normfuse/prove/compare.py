@@ -198,18 +198,36 @@ TYPICAL_ALLOWANCE = 1.25
 def no_further(
     candidate: np.ndarray, original: np.ndarray, reference: np.ndarray, atol: float, rtol: float
 ) -> bool:
-    """Whether `candidate` is no further from the float64 `reference` than `original`: at its
-    largest distance, up to the tolerance the comparison holds outputs to (atol + rtol * the
-    reference's largest finite magnitude); or, where both are far (two float32 evaluations of an
-    ill-conditioned row, rows of 100 + 0.05 N(0,1): each some 1e-3 off, and which is nearer at
-    its worst element is a coin toss), at its typical (RMS) distance, within
-    `TYPICAL_ALLOWANCE`. A non-finite value where the reference is finite is infinitely far."""
+    """Whether `candidate` is no further from the float64 `reference` than `original`
+    (`nearness`)."""
+    return nearness(candidate, original, reference, atol, rtol) is not None
+
+
+def nearness(
+    candidate: np.ndarray, original: np.ndarray, reference: np.ndarray, atol: float, rtol: float
+) -> str | None:
+    """How `candidate` is no further from the float64 `reference` than `original`: "largest",
+    at its largest distance, up to the tolerance the comparison holds outputs to (atol + rtol *
+    the reference's largest finite magnitude); "typical", where both are far (two float32
+    evaluations of an ill-conditioned row, rows of 100 + 0.05 N(0,1): each some 1e-3 off, and
+    which is nearer at its worst element is a coin toss), at its typical (RMS) distance, within
+    `TYPICAL_ALLOWANCE`; None where it is further. A non-finite value where the reference is
+    finite is infinitely far."""
     finite = np.abs(reference[np.isfinite(reference)].astype(np.float64))
     slack = atol + rtol * (float(finite.max()) if finite.size else 0.0)
     if distance(candidate, reference) <= distance(original, reference) + slack:
-        return True
+        return "largest"
     typical = _rms_distance(candidate, reference)
-    return typical <= TYPICAL_ALLOWANCE * _rms_distance(original, reference) + slack
+    if typical <= TYPICAL_ALLOWANCE * _rms_distance(original, reference) + slack:
+        return "typical"
+    return None
+
+
+def typical_distances(
+    candidate: np.ndarray, original: np.ndarray, reference: np.ndarray
+) -> tuple[float, float]:
+    """(original's, candidate's) typical (RMS) distance from the float64 `reference`."""
+    return _rms_distance(original, reference), _rms_distance(candidate, reference)
 
 
 def _rms_distance(values: np.ndarray, reference: np.ndarray) -> float:

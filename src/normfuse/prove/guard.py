@@ -38,7 +38,7 @@ from normfuse.ir.float16_moves import MOVERS
 from normfuse.ir.structure import check_structure
 from normfuse.match.records import Site
 from normfuse.prove import inputs, sessions
-from normfuse.prove.compare import compare_output, distance, no_further
+from normfuse.prove.compare import compare_output, distance, nearness, typical_distances
 from normfuse.prove.float64_reference import Runner, float64_runner
 from normfuse.prove.profiles import OFFSETS, profiled_feeds
 from normfuse.prove.validate import narrowest_float_type
@@ -73,6 +73,9 @@ class Repair:
     output: str
     original_to_float64: float
     rewrite_to_float64: float
+    # Where the rewrite is further at its largest distance but not at its typical one (RMS,
+    # `compare.TYPICAL_ALLOWANCE`): (original's, rewrite's) typical distances; None otherwise.
+    typical: tuple[float, float] | None = None
 
     def as_dict(self) -> dict:
         """The JSON form: the profile, the output, each model's distance to float64 (null:
@@ -82,15 +85,26 @@ class Repair:
             "output": self.output,
             "original_to_float64": _finite_or_none(self.original_to_float64),
             "rewrite_to_float64": _finite_or_none(self.rewrite_to_float64),
+            **(
+                {"typical_to_float64": [_finite_or_none(value) for value in self.typical]}
+                if self.typical
+                else {}
+            ),
             "why": "the rewrite differs from the original beyond tolerance on these inputs and "
             "is no further from a float64 evaluation of the original (within tolerance)",
         }
 
     def sentence(self) -> str:
         """One line for the table and a failure's detail."""
+        where = f"output {self.output!r} differs on the {self.profile} inputs: "
+        if self.typical is not None:
+            return (
+                f"{where}typical (RMS) {_short(self.typical[1])} from float64 against the "
+                f"original's {_short(self.typical[0])} (largest {_short(self.rewrite_to_float64)}"
+                f" against {_short(self.original_to_float64)})"
+            )
         return (
-            f"output {self.output!r} differs on the {self.profile} inputs: "
-            f"{_short(self.rewrite_to_float64)} from float64 against the original's "
+            f"{where}{_short(self.rewrite_to_float64)} from float64 against the original's "
             f"{_short(self.original_to_float64)}"
         )
 
@@ -440,8 +454,10 @@ class _Reference:
                 f"{where}: {comparison.detail} (no float64 evaluation to judge it by)",
             )
         original, rewrite = distance(before, reference), distance(after, reference)
-        if no_further(after, before, reference, comparison.atol, comparison.rtol):
-            return [Repair(profile, name, original, rewrite)]
+        how = nearness(after, before, reference, comparison.atol, comparison.rtol)
+        if how is not None:
+            typical = typical_distances(after, before, reference) if how == "typical" else None
+            return [Repair(profile, name, original, rewrite, typical)]
         return Failure(
             "output-differs",
             f"{where}: {comparison.detail}; {_short(rewrite)} from float64 against the "
