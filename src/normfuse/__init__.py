@@ -46,4 +46,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})
+    """The public API's names (what `__all__` lists, and the lazy submodules)."""
+    return sorted({*__all__, *_SUBMODULES})

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None, keep_signals_ignored: bool = False) -> i
     except KeyboardInterrupt:  # nothing is staged yet
         return _fail("interrupted (SIGINT) while starting; nothing written", EXIT_SIGINT)
     G_LOGGER.severity = G_LOGGER.ERROR  # onnx-graphsurgeon's warnings are not ours to print
-    ort.set_default_logger_severity(4)  # ORT's errors arrive as exceptions: one line, ours
+    ort.set_default_logger_severity(2 if debugging() else 4)  # errors arrive as exceptions
     with outputs.command_signals(keep_after_commit=keep_signals_ignored):
         try:
             _check_standard_streams()

@@ -45,7 +45,7 @@ def parse_providers(text: str | list[str] | None) -> list[str]:
             raise NormfuseError(
                 f"{PROVIDERS[name]} is not available in this onnxruntime ({ort.__version__}); "
                 "for CUDA install onnxruntime-gpu instead of onnxruntime "
-                "(pip uninstall -y onnxruntime && pip install onnxruntime-gpu)"
+                "(pip uninstall -y onnxruntime && pip install --force-reinstall onnxruntime-gpu)"
             )
     return list(dict.fromkeys(names))
 
@@ -95,5 +95,9 @@ def create_with_options(
         raise NormfuseError(f"ONNX Runtime cannot load the model: {first_line(error)}") from None
     actual = session.get_providers()[0]
     if actual != PROVIDERS[provider]:
-        raise NormfuseError(f"ONNX Runtime put the session on {actual}, not {PROVIDERS[provider]}")
+        raise NormfuseError(
+            f"ONNX Runtime put the session on {actual}, not {PROVIDERS[provider]} (it could not "
+            "create that provider: for CUDA, the machine's driver, CUDA and cuDNN must match "
+            "onnxruntime-gpu's; ONNX Runtime's own log says which, with NORMFUSE_DEBUG=1)"
+        )
     return session
