@@ -106,7 +106,7 @@ class Report:
             lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
         for kind, count in self.kept_counts().items():
             lines.append(f"kept as is: {count} {kind} site(s) already in their fastest exact form")
-        lines.extend(repair_line(site) for site in self.sites if site.repair)
+        lines.extend(repair_lines(self.sites))
         lines.extend(hazard_line(site) for site in self.sites if site.float16_hazard)
         lines.extend(self.notes)
         lines.extend(f"tuned: {choice['summary']}" for choice in self.tuning)
@@ -116,12 +116,30 @@ class Report:
         return "\n".join(lines)
 
 
-def repair_line(site: Site) -> str:
-    """The table's line for a site kept as a repair: its first evidence, and how many more."""
+def repair_lines(sites: list[Site]) -> list[str]:
+    """The table's lines for sites kept as repairs: one per site its repair was attributed to,
+    and one for each group of sites it was not attributed within (`among_sites`)."""
+    lines: list[str] = []
+    groups: set[int] = set()  # a group's sites share one evidence tuple
+    for site in sites:
+        if not site.repair:
+            continue
+        among = site.repair[0].get("among_sites")
+        if among is None:
+            lines.append(repair_line(site, f"{site.kind} at {site.output!r}"))
+        elif id(site.repair) not in groups:
+            lines.append(repair_line(site, f"in one of {among} sites (not attributed further)"))
+            groups.add(id(site.repair))
+    return lines
+
+
+def repair_line(site: Site, where: str) -> str:
+    """The table's line for a repair `where` (a site, or a group): its first evidence, and how
+    many more."""
     first = site.repair[0]
     more = f" (and {len(site.repair) - 1} more)" if len(site.repair) > 1 else ""
     return (
-        f"repair {site.kind} at {site.output!r}: output {first['output']!r} differs from the "
+        f"repair {where}: output {first['output']!r} differs from the "
         f"original on the {first['profile']} inputs, {_distance(first['rewrite_to_float64'])} "
         f"from float64 against the original's {_distance(first['original_to_float64'])}{more}"
     )

@@ -29,6 +29,11 @@ class Rewrite(Protocol):
 
 
 Excluded = dict[str, tuple[str, str]]
+# Rebuilds the search for the sites behind a repair may take (a repair is kept either way; past
+# this, a group is named whole): 2·log2(n) per site, so 2 sites among 64. A rewrite of more
+# sites than `MAX_ATTRIBUTED_SITES` is not searched: each rebuild costs a whole rewrite.
+MAX_REPAIR_BUILDS = 24
+MAX_ATTRIBUTED_SITES = 64
 Build = Callable[[Excluded], Rewrite]
 TRIAL = ("output-guard-trial", "left decomposed while the output guard looks for a failing site")
 
@@ -71,7 +76,8 @@ def repaired_sites(
         return output_guard.repair_failure(trial.model, _ort_only(trial))
 
     outputs = [site.output for site in result.report.sites]
-    return culprits(build, excluded, outputs, repairs, check)
+    budget = MAX_REPAIR_BUILDS if len(outputs) <= MAX_ATTRIBUTED_SITES else 0
+    return culprits(build, excluded, outputs, repairs, check, budget)
 
 
 def failure_of(result: Rewrite, output_guard: OutputGuard) -> Failure | None:
@@ -93,22 +99,36 @@ def culprits(
     outputs: list[str],
     failure: Failure,
     check: Callable[[Rewrite], Failure | None],
+    max_builds: int | None = None,
 ) -> dict[str, Failure]:
     """The sites (by output) among `outputs` that make the rewrite fail `check`, each with its
     failure. A failing group is split and each half fused alone (the other sites left
     decomposed); a site that fails alone is a culprit, reported with its own failure. Where
     neither half fails alone, the failure needs sites together and the whole group is named.
-    About 2·log2(n) rebuilds per failing site; none for a rewrite of one site."""
+    About 2·log2(n) rebuilds per failing site; none for a rewrite of one site. With
+    `max_builds`, a group still unsplit when the rebuilds run out is named whole, and says so."""
+    builds = [0]
 
     def alone(group: list[str]) -> Failure | None:
+        builds[0] += 1
         others = {output: TRIAL for output in outputs if output not in group}
         return check(build(excluded | others))
+
+    def unattributed(group: list[str], why: Failure) -> dict[str, Failure]:
+        detail = f"{why.detail} (one of {len(group)} sites, not attributed further)"
+        evidence = tuple({**entry, "among_sites": len(group)} for entry in why.evidence)
+        return dict.fromkeys(group, replace(why, detail=detail, evidence=evidence))
 
     def search(group: list[str], why: Failure) -> dict[str, Failure]:
         if len(group) == 1:
             return {group[0]: why}
+        if max_builds is not None and builds[0] >= max_builds:
+            return unattributed(group, why)
         found: dict[str, Failure] = {}
         for half in (group[: len(group) // 2], group[len(group) // 2 :]):
+            if max_builds is not None and builds[0] >= max_builds:
+                found |= unattributed(half, why)  # not run: named, never left out
+                continue
             half_failure = alone(half)
             if half_failure is not None:
                 found |= search(half, half_failure)
