@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from normfuse.columns import aligned, wrap
 from normfuse.errors import NormfuseError
 from normfuse.report import Report
 
@@ -100,40 +101,70 @@ def combined_record(outcomes: list[Outcome], version: str) -> dict:
     }
 
 
-def summary_table(outcomes: list[Outcome]) -> str:
+def summary_table(outcomes: list[Outcome], wide: bool = False) -> str:
     """One row per model: status, fused sites per kind, near-misses, validation, node counts, and
-    where it went; then each model's error (notes are in the JSON record)."""
+    where it went; then each model's error (notes are in the JSON record). Within 100 columns
+    unless `wide`: models by file name (`short_names`), where the outputs went said once below
+    when every one went the same way, and errors wrapped."""
+    written = _written_line(outcomes) if not wide else None
+    paths = [str(outcome.model) for outcome in outcomes]
+    names, folder = (paths, "") if wide else short_names([outcome.model for outcome in outcomes])
     header = ["model", "status", "sites", "near-misses", "validation", "nodes", "output"]
-    rows = []
-    for outcome in outcomes:
-        report = outcome.report
-        misses, validation = "-", "-"
-        if report is None:
-            sites, nodes = "-", "-"
-        else:
-            misses = str(len(report.near_misses))
-            if report.validation is not None:
-                validation = "passed" if report.validation.passed else "FAILED"
-            counts = {
-                kind: n for kind, n in report.counts().items() if not kind.startswith("nodes")
-            }
-            sites = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
-            nodes = f"{report.nodes_before} -> {report.nodes_after}"
-        written = str(outcome.output) if outcome.status == 0 and outcome.output else "not written"
-        status = STATUS_WORDS[outcome.status]
-        rows.append([str(outcome.model), status, sites, misses, validation, nodes, written])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    lines += [_error_line(outcome) for outcome in outcomes if outcome.error]
-
+    rows = [header[:-1] if written else header]
+    for name, outcome in zip(names, outcomes, strict=True):
+        cells = [name, STATUS_WORDS[outcome.status], *_report_cells(outcome.report)]
+        rows.append(cells if written else [*cells, _output_cell(outcome)])
+    lines = [f"models in {folder}"] if folder else []
+    lines += aligned(rows, wide=wide)
+    lines += [wrap(_error_line(outcome), wide) for outcome in outcomes if outcome.error]
+    lines += [written] if written else []
     totals = {word: sum(o.status == code for o in outcomes) for code, word in STATUS_WORDS.items()}
     lines.append(
         f"{len(outcomes)} model(s): " + ", ".join(f"{n} {word}" for word, n in totals.items() if n)
     )
     return "\n".join(lines)
+
+
+def short_names(models: list[Path]) -> tuple[list[str], str]:
+    """The models' file names where no two are alike (else their paths as given), and the
+    folder they all share, if one."""
+    names = [model.name for model in models]
+    if len(set(names)) < len(names):
+        return [str(model) for model in models], ""
+    folders = {str(model.parent) for model in models} - {"."}
+    return names, folders.pop() if len(folders) == 1 else ""
+
+
+def _report_cells(report: Report | None) -> list[str]:
+    """Sites per kind, near-misses, validation and node counts (`-` without a report)."""
+    if report is None:
+        return ["-", "-", "-", "-"]
+    validation = "-"
+    if report.validation is not None:
+        validation = "passed" if report.validation.passed else "FAILED"
+    counts = {kind: n for kind, n in report.counts().items() if not kind.startswith("nodes")}
+    sites = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
+    nodes = f"{report.nodes_before} -> {report.nodes_after}"
+    return [sites, str(len(report.near_misses)), validation, nodes]
+
+
+def _output_cell(outcome: Outcome) -> str:
+    """Where the model was written, or `not written`."""
+    return str(outcome.output) if outcome.status == 0 and outcome.output else "not written"
+
+
+def _written_line(outcomes: list[Outcome]) -> str | None:
+    """One line for where every written model went when they all went the same way (replaced
+    in place, or into one folder under its own file name); None otherwise."""
+    written = [o for o in outcomes if o.status == 0 and o.output is not None]
+    if not written:
+        return "nothing written"
+    if all(o.output == o.model for o in written):
+        return "written in place"
+    folders = {str(o.output.parent) for o in written}
+    if len(folders) == 1 and all(o.output.name == o.model.name for o in written):
+        return wrap(f"written to {folders.pop()}, each under its model's file name")
+    return None
 
 
 def _error_line(outcome: Outcome) -> str:

@@ -23,9 +23,10 @@ from onnx_graphsurgeon.logger.logger import G_LOGGER
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 import normfuse
-from normfuse import batch, outputs
+from normfuse import batch, bench, outputs
 from normfuse.bench import BenchModel, BenchOptions
 from normfuse.bench import run as run_bench
+from normfuse.columns import wrap
 from normfuse.errors import NormfuseError, debugging, printable, runtime_message
 from normfuse.inputs import check_inputs, input_hint, parse_dims, symbolic_dims
 from normfuse.model_io import LoadedModel, external_files, plan_save, stage_save
@@ -174,9 +175,15 @@ def _pass_names(text: str) -> str:
     return text
 
 
-def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
+def _add_output_options(sub: argparse.ArgumentParser, what: str) -> None:
     sub.add_argument(
         "--report", metavar="FILE", help=f"write {what} as JSON to FILE (- for stdout)"
+    )
+    sub.add_argument(
+        "--wide",
+        action="store_true",
+        help="print tables at full width: every column, names in full, no line wrapped "
+        "(default: within 100 columns)",
     )
 
 
@@ -197,7 +204,7 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
         help="let the output read MODEL's external-data file where it is instead of writing "
         "OUT.data (the output then breaks if that file is deleted; said in the report)",
     )
-    _add_report_option(sub, "the report (several models: one combined record)")
+    _add_output_options(sub, "the report (several models: one combined record)")
     sub.add_argument(
         "--validate",
         action="store_true",
@@ -231,7 +238,7 @@ def _add_inspect(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--verbose", action="store_true", help="list the nodes each site replaces (JSON has them)"
     )
-    _add_report_option(sub, "the report")
+    _add_output_options(sub, "the report")
     sub.add_argument(
         "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
     )
@@ -240,7 +247,7 @@ def _add_inspect(sub: argparse.ArgumentParser) -> None:
 def _add_validate(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("original", type=Path, help="the reference model (e.g. before optimize)")
     sub.add_argument("candidate", type=Path, help="the model to check against it (e.g. after)")
-    _add_report_option(sub, "the comparison")
+    _add_output_options(sub, "the comparison")
     _add_input_options(sub)
     _add_tolerance_options(sub)
 
@@ -288,13 +295,16 @@ def _add_bench_options(
     plot: bool = True,
     report: bool = True,
 ) -> None:
-    sub.add_argument("--warmup", type=int, help="untimed runs each (default 20)")
-    sub.add_argument("--runs", type=int, help="timed runs each (default 200)")
+    sub.add_argument(
+        "--warmup", type=int, help=f"untimed runs per session set (default {bench.WARMUP})"
+    )
+    sub.add_argument("--runs", type=int, help=f"timed runs each (default {bench.RUNS})")
     sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
     sub.add_argument(
         "--sessions",
         type=int,
-        help="fresh sessions per model, runs split over them (default 6; one per 10 runs at most)",
+        help=f"fresh sessions per model, runs split over them (default {bench.SESSION_SETS}; one "
+        f"per {bench.MIN_RUNS_PER_SET} runs at most)",
     )
     sub.add_argument(
         "--time-budget",
@@ -311,7 +321,7 @@ def _add_bench_options(
             help="ORT optimisation level; repeatable (default all)",
         )
     if report:
-        _add_report_option(sub, "the timings")
+        _add_output_options(sub, "the timings")
         sub.add_argument("--json", dest="report", metavar="FILE", help=argparse.SUPPRESS)
     if plot:
         sub.add_argument(
@@ -534,7 +544,7 @@ def _optimize(args: argparse.Namespace) -> int:
                 outcomes.append(_optimize_one(own, model, item, destination, plan, None, None))
             except NormfuseError as error:
                 outcomes.append(batch.Outcome(model, destination, EXIT_USAGE, error=str(error)))
-        print(batch.summary_table(outcomes), file=stream)
+        print(batch.summary_table(outcomes, args.wide), file=stream)
         record = batch.combined_record(outcomes, normfuse.__version__)
         _stage_text(plan, args.report, report_path, json.dumps(record, indent=2) + "\n")
         _commit(plan)
@@ -682,7 +692,7 @@ def _optimize_one(
     report = result.report
     report.input = str(model_path)
     if report.validation is not None and not report.validation.passed:
-        say(report.table())
+        say(report.table(wide=args.wide))
         message = printable(f"validation failed; {destination} not written")
         print(f"normfuse: {message}", file=sys.stderr)
         return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
@@ -696,20 +706,20 @@ def _optimize_one(
         extra["bench"] = timings.as_dict()
         said = {*report.notes, *(report.validation.notes if report.validation else [])}
         timings.notes = [note for note in timings.notes if note not in said]  # each note once
-        later.append(timings.table())
+        later.append(timings.table(wide=args.wide))
         if plot_path is not None:
             plot_ratios(timings, plan.temp_path(plot_path))
     if args.tune_for:
         hint = _session_hint(BenchModel(str(destination), result.model, result.base_dir), args)
         if hint:
             extra["session_hint"] = hint
-            later.append(hint)
+            later.append(wrap(hint, args.wide))
     report.output = str(destination)
     reference = args.reference_input_data or args.in_place
     weights = stage_save(plan, result.model, destination, result.base_dir, reference=reference)
     if weights is not None:
         report.notes.append(weights)
-    say(report.table(existing=fused_norm_nodes(loaded.model)))
+    say(report.table(existing=fused_norm_nodes(loaded.model), wide=args.wide))
     for text in later:
         say(text)
     return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)
@@ -736,7 +746,7 @@ def _tune(args: argparse.Namespace) -> int:
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
         report = tune(model, _bench_options(args))
-        print(report.text(str(args.model)), file=_human_stream(args))
+        print(report.text(str(args.model), args.wide), file=_human_stream(args))
         data = {"model": str(args.model), **report.as_dict(str(args.model))}
         _stage_text(plan, args.report, report_path, json.dumps(data, indent=2) + "\n")
         _commit(plan)
@@ -744,13 +754,13 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _bench_options(args: argparse.Namespace) -> BenchOptions:
-    warmup = 20 if args.warmup is None else args.warmup
-    runs = 200 if args.runs is None else args.runs
+    warmup = bench.WARMUP if args.warmup is None else args.warmup
+    runs = bench.RUNS if args.runs is None else args.runs
     if not (0 <= warmup <= MAX_RUNS and 2 <= runs <= MAX_RUNS):
         raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
-    sessions = min(6, runs) if args.sessions is None else args.sessions
+    sessions = min(bench.SESSION_SETS, runs) if args.sessions is None else args.sessions
     if not 1 <= sessions <= runs:
         raise NormfuseError(f"--sessions must be 1 to --runs ({runs}), got {sessions}")
     budget = getattr(args, "time_budget", None)
@@ -789,7 +799,7 @@ def _bench(args: argparse.Namespace) -> int:
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         plot_path = _plan_plot(plan, args)
         report = run_bench(models, _bench_options(args))
-        print(report.table(), file=stream)
+        print(report.table(wide=args.wide), file=stream)
         _stage_text(plan, args.report, report_path, json.dumps(report.as_dict(), indent=2) + "\n")
         if plot_path is not None:
             plot_ratios(report, plan.temp_path(plot_path))
@@ -806,7 +816,7 @@ def _validate(args: argparse.Namespace) -> int:
         report_path = _plan(plan, args.report, "--report", allow_stdout=True)
         options = _validation_options(args)
         report = normfuse.validate(args.original, args.candidate, options)
-        print(report.table(), file=stream)
+        print(report.table(args.wide), file=stream)
         data = {"original": str(args.original), "candidate": str(args.candidate)}
         text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
         _stage_text(plan, args.report, report_path, text)
@@ -839,7 +849,7 @@ def _inspect(args: argparse.Namespace) -> int:
         if destination != STDOUT:
             types = tensor_types(loaded.model) if report.sites else {}
             existing = fused_norm_nodes(loaded.model)
-            print(report.table(True, types, args.verbose, existing))
+            print(report.table(True, types, args.verbose, existing, args.wide))
         _stage_text(plan, destination, report_path, report.to_json())
         _commit(plan)
     if args.check and report.sites:

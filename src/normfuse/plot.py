@@ -15,10 +15,10 @@ from normfuse.bench import (
     SAME,
     SLOWER,
     BenchReport,
-    display_names,
     format_seconds,
     run_keys,
 )
+from normfuse.columns import display_names
 from normfuse.errors import NormfuseError
 
 COLOURS = {FASTER: "#1a7f37", SLOWER: "#cf222e", SAME: "#57606a", INCONCLUSIVE: "#9a6700"}
