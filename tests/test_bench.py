@@ -500,7 +500,7 @@ def test_identical_models_are_never_called_faster_or_slower_across_repeated_benc
     """The user's report: four identical benches read 0.95 to 1.055, one of them 'slower'. Here
     40 simulated A/A benches with 5% session-to-session spread: no faster or slower; the same
     samples with an interval over rounds (the spread between sessions left out) say one of
-    them 15 times in 40. A real 15% difference is said every time."""
+    them 10 times in 40. A real 15% difference is said every time."""
     monkeypatch.setattr(bench.gc, "collect", lambda: 0)  # fake sessions leave nothing to free
     over_sets, over_rounds = repeated_benches((1.0, 1.0))
     assert over_sets[bench.FASTER] + over_sets[bench.SLOWER] == 0, over_sets

@@ -642,6 +642,8 @@ def ratio_with_interval(
     ratio = float(np.median(other) / np.median(base))
     if base is other or np.array_equal(base, other):
         return 1.0, (1.0, 1.0)
+    if base.size < 2:  # one round: no spread to measure (and no word: one set)
+        return ratio, (ratio, ratio)
     units = sample_units(np.zeros(base.size, int) if blocks is None else blocks)
     logs = unit_log_ratios(base, other, units)
     spread = t_quantile(0.975, logs.size - 1) * logs.std(ddof=1) * math.sqrt(2 / logs.size)
@@ -662,13 +664,13 @@ def sample_units(blocks: np.ndarray) -> np.ndarray:
 
 
 def unit_log_ratios(base: np.ndarray, other: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """log(median(other) / median(base)) within each unit."""
-    return np.array(
-        [
-            math.log(np.median(other[units == unit]) / np.median(base[units == unit]))
-            for unit in range(int(units.max()) + 1)
-        ]
-    )
+    """log(median(other) / median(base)) within each unit (0, 1, ...), in unit order."""
+    order = np.argsort(units, kind="stable")
+    bounds = np.flatnonzero(np.diff(units[order])) + 1
+    if bounds.size == units.size - 1:  # a unit per round
+        return np.log(other[order] / base[order])
+    groups = np.split(order, bounds)
+    return np.log([np.median(other[group]) / np.median(base[group]) for group in groups])
 
 
 def half_of_each(count: int) -> np.ndarray:
