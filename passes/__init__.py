@@ -7,13 +7,13 @@ from normfuse.passes.layer_norm import LayerNormPass
 from normfuse.passes.rms_norm import RmsNormPass
 from normfuse.passes.skip_norm import SkipNormPass
 
+from normfuse.match.pass_names import DEFAULT_PASS_NAMES, PASS_NAMES
+
 # Group norm first: its statistics are a layer norm's, which the layer-norm pass refuses inside a
 # group norm (`group-norm`). Layer norm before RMS norm: a bias-free layer norm must not become
 # Sub + RMS norm. Residual fusion last, on the fused norms.
 ALL_PASSES = (GroupNormPass(), LayerNormPass(), RmsNormPass(), SkipNormPass())
-PASS_NAMES = tuple(fusion_pass.name for fusion_pass in ALL_PASSES)
-# skip-norm only when named, or chosen per site by timing (optimize --tune-for).
-DEFAULT_PASS_NAMES = ("group-norm", "layer-norm", "rms-norm")
+__all__ = ["ALL_PASSES", "DEFAULT_PASS_NAMES", "PASS_NAMES", "select"]
 
 
 def select(names: str | list[str] | tuple[str, ...] | None):

@@ -37,15 +37,15 @@ import onnx
 import onnx_graphsurgeon as gs
 from normfuse.passes.layer_norm import DOWNCAST_STATISTICS, STATISTICS
 
-from normfuse import fused_sites
-from normfuse import norm_checks as checks
-from normfuse.constants import DEFAULT_DOMAINS, reduce_axes
-from normfuse.context import Context
-from normfuse.folding import resolved_attributes, schema
-from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Site, node_label
-from normfuse.same_shape import SAME_AS_INPUT
-from normfuse.static_values import ShapeEntry, shape_entries
+from normfuse.facts.constants import DEFAULT_DOMAINS, reduce_axes
+from normfuse.facts.folding import resolved_attributes, schema
+from normfuse.facts.same_shape import SAME_AS_INPUT
+from normfuse.facts.static_values import ShapeEntry, shape_entries
+from normfuse.match import fused_sites
+from normfuse.match import norm_checks as checks
+from normfuse.match.context import Context
+from normfuse.match.pattern import AnyOf, Const, Match, Op, Var, match_first
+from normfuse.match.records import INTERMEDIATE_USED_ELSEWHERE, FusedNode, Site, node_label
 
 # The most producers a walk up a chain of Reshapes or shape-keeping ops takes (its own limit,
 # no longer the shape folder's depth; the same 16).

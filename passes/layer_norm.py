@@ -28,12 +28,12 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import fused_sites
-from normfuse import norm_checks as checks
-from normfuse.constants import reduce_axes
-from normfuse.context import Context
-from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.records import Site
+from normfuse.facts.constants import reduce_axes
+from normfuse.match import fused_sites
+from normfuse.match import norm_checks as checks
+from normfuse.match.context import Context
+from normfuse.match.pattern import AnyOf, Const, Match, Op, Var, match_first
+from normfuse.match.records import Site
 
 KIND = "layer-norm"
 WIDE_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)

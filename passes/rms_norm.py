@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from normfuse import fused_sites
-from normfuse import norm_checks as checks
-from normfuse.context import Context
-from normfuse.pattern import AnyOf, Const, Match, Op, Var, match_first
-from normfuse.records import Site
+from normfuse.match import fused_sites
+from normfuse.match import norm_checks as checks
+from normfuse.match.context import Context
+from normfuse.match.pattern import AnyOf, Const, Match, Op, Var, match_first
+from normfuse.match.records import Site
 
 KIND = "rms-norm"
 

@@ -13,10 +13,12 @@ contrib_ops/cuda/bert/skip_layer_norm_impl.cu; docs/residual-fusion.md):
   the model's sum on both. A bias added to an operand first, `(a + b) + s`, keeps its Add (its
   output is the op's input); one added after the residual sum is `skip-bias-order`.
 - The kernel returns `input`'s shape and reads `skip` by offset, so input and skip must be
-  proved the same shape (`normfuse.same_shape`, symbolic dims included), of rank 2 or 3 (the
+  proved the same shape (`normfuse.facts.same_shape`, symbolic dims included), of rank 2 or 3 (the
   kernel's contract).
 - float32 only: for float16 the CPU kernel adds input and skip in float32 where the model rounds
-  the sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64.
+  the sum to float16 (`skip-float16-sum`); ONNX Runtime has no `Skip*` kernel for float64. Where
+  CUDA is a provider the output is for, a float16 site is refused first by the table of known
+  kernel hazards (`kernel_hazards.RULES`: the CUDA kernels sum the squares in float16).
 
 Runs after the layer-norm and RMS-norm passes, on their output and on norms exporters wrote
 themselves. Only for `--target ort`, and not by default: ONNX Runtime's CPU `Skip*` kernels
@@ -31,12 +33,13 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from normfuse import norm_checks as checks
-from normfuse.context import Context
-from normfuse.pattern import Const, Match, Op, Var
-from normfuse.records import FormQuestion, FusedNode, Site, node_label
-from normfuse.same_shape import format_shape, same_shape
-from normfuse.targets import Target
+from normfuse.facts.same_shape import format_shape, same_shape
+from normfuse.match import norm_checks as checks
+from normfuse.match.context import Context
+from normfuse.match.kernel_hazards import refuse_hazards
+from normfuse.match.pattern import Const, Match, Op, Var
+from normfuse.match.records import FormQuestion, FusedNode, Site, node_label
+from normfuse.target.targets import Target
 
 KIND = "skip-norm"
 MS_DOMAIN = "com.microsoft"
@@ -119,6 +122,7 @@ def _check(match: Match, context: Context) -> Site:
     if norm.attrs.get("axis", -1) not in (-1, rank - 1) or norm.attrs.get("stash_type", 1) != 1:
         raise checks.Reject("skip-axis", "Skip* ops normalise the last axis in float32 only")
     elem_type = context.facts.elem_type(first)
+    refuse_hazards(context.policy.providers, SKIP_OPS[norm.op], elem_type)
     if elem_type == onnx.TensorProto.FLOAT16:
         raise checks.Reject(
             "skip-float16-sum",

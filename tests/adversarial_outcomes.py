@@ -1,6 +1,6 @@
 """Pinned outcomes of the adversarial corpus: for every case and configuration of
 tests/test_adversarial.py, the fused sites (kinds, with repeats) and the near-miss reasons, or
-that optimize refused the model. `models/adversarial_outcomes.json` holds them; the corpus test
+that optimize refused the model. `corpora/adversarial_outcomes.json` holds them; the corpus test
 asserts each outcome equals its pin, so any change of what is fused or why shows up as a failing
 case and a reviewable diff of that file (the corpus's own `Expect` states what must hold; the pin
 is what does hold).
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PINS = ROOT / "models" / "adversarial_outcomes.json"
+PINS = ROOT / "tests" / "corpora" / "adversarial_outcomes.json"
 
 
 def outcome(report) -> dict:

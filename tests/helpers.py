@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from normfuse import bench
+from normfuse.measure import bench
 
 FLOAT32_ATOL = 1e-4
 
@@ -169,7 +169,7 @@ def assert_float32_kernel_between_casts(model: onnx.ModelProto, op: str, count: 
 
 class ScriptedClock:
     """A clock read twice per timed run; a run of model m takes durations[m] (+ relative jitter).
-    Rounds rotate: in round r, position p runs model (p + r) % n, as `normfuse.bench` does."""
+    Rounds rotate: in round r, position p runs model (p + r) % n, as `measure.bench` does."""
 
     def __init__(self, durations: list[float], jitter: float = 0.01, seed: int = 0) -> None:
         self.durations = durations
@@ -219,7 +219,7 @@ def run_cli(capfd: pytest.CaptureFixture, *args: str) -> CliRun:
     descriptors (ONNX Runtime's native log too), with every warning raised that a fresh
     interpreter would print appended to stderr. An uncaught exception propagates (a traceback
     fails the test)."""
-    from normfuse.cli import main
+    from normfuse.cli.main import main
 
     capfd.readouterr()
     with warnings.catch_warnings(record=True) as caught:

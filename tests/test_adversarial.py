@@ -1,4 +1,4 @@
-"""The adversarial corpus (models/adversarial.py) through normfuse.optimize in every
+"""The adversarial corpus (corpora/adversarial.py) through normfuse.optimize in every
 configuration: no crash, the original's interface, runnable at ORT_DISABLE_ALL with exactly the
 original's feeds (overridden initializers included), the original's numerics on adversarial
 inputs, and the expected outcome."""
@@ -14,16 +14,17 @@ import numpy as np
 import onnx
 import pytest
 from adversarial_harness import compare, float64_model, narrowest_float, session
+from corpora.adversarial import CASES, Case
+from corpora.adversarial_2 import FINDINGS as FINDINGS_2
+from corpora.adversarial_3 import FINDINGS as FINDINGS_3
+from normfuse.passes import DEFAULT_PASS_NAMES
 
 import normfuse
-from models.adversarial import CASES, Case
-from models.adversarial_2 import FINDINGS as FINDINGS_2
-from models.adversarial_3 import FINDINGS as FINDINGS_3
 
 CONFIGS = {
     "default": {},
     "onnx": {"target": "onnx"},
-    "skip": {"passes": [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]},
+    "skip": {"passes": [*DEFAULT_PASS_NAMES, "skip-norm"]},
     "validate": {"validation": "auto"},
 }
 BY_NAME = {c.name: c for c in CASES}
@@ -33,7 +34,7 @@ PINNED = pins.load()
 
 def _marks(name: str, config: str) -> list:
     """slow, and xfail(strict) where a finding of the second or third corpus
-    (models/adversarial_2.py, models/adversarial_3.py: FINDINGS) is known to fail this case in
+    (corpora/adversarial_2.py, corpora/adversarial_3.py: FINDINGS) is known to fail this case in
     this configuration."""
     marks = [pytest.mark.slow] if BY_NAME[name].slow else []
     reason = _finding(name, config)
@@ -173,7 +174,7 @@ def check_case(case: Case, config: str) -> list[str]:
 
 
 def _check_pin(name: str, config: str, report) -> list[str]:
-    """The outcome must be the one pinned in models/adversarial_outcomes.json."""
+    """The outcome must be the one pinned in tests/corpora/adversarial_outcomes.json."""
     if BY_NAME[name].slow or config in FINDINGS.get(name, ("", ()))[1]:
         return []  # slow (not in the default run), or a known finding (strict xfail): unpinned
     actual = pins.REFUSED if report is None else pins.outcome(report)

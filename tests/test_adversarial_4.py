@@ -1,4 +1,4 @@
-"""The fourth adversarial corpus (models/adversarial_4.py) through normfuse.optimize, default and
+"""The fourth adversarial corpus (corpora/adversarial_4.py) through normfuse.optimize, default and
 `--target onnx`: no crash or whole-model refusal, the original's interface, runnable at
 ORT_DISABLE_ALL, the original's numerics on adversarial inputs, the expected outcome, and this
 round's promises: `onnx.checker` full_check on standard output, every initializer kept in its
@@ -24,12 +24,12 @@ from adversarial_harness import (
     narrowest_float,
     session,
 )
+from corpora.adversarial import feed_sets
+from corpora.adversarial_4 import CASES, CONFIGS, FINDINGS, Case4
 from onnx import numpy_helper
 from test_adversarial import _check_expectation, _interface
 
 import normfuse
-from models.adversarial import feed_sets
-from models.adversarial_4 import CASES, CONFIGS, FINDINGS, Case4
 
 BY_NAME = {c.name: c for c in CASES}
 # What the fused nodes may add: a float32 ones-scale or a widened float16 parameter per site.

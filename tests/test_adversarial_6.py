@@ -1,4 +1,4 @@
-"""The sixth adversarial corpus (models/adversarial_6.py: the norms of 2024-26 models and the
+"""The sixth adversarial corpus (corpora/adversarial_6.py: the norms of 2024-26 models and the
 group-norm forms) through normfuse.optimize in `default`, `--target onnx`, `--validate` and, for
 cases with residual sums, `skip-norm` too: no crash or refusal, the input unchanged, the
 original's interface, `onnx.checker` full_check on the `--target onnx` output, runnable at
@@ -24,6 +24,9 @@ from adversarial_harness import (
     narrowest_float,
     session,
 )
+from corpora.adversarial import feed_sets
+from corpora.adversarial_6 import CASES, CONFIGS, FINDINGS, Case6, extra_feeds, symbolic_inputs
+from normfuse.passes import DEFAULT_PASS_NAMES
 from test_adversarial import _interface
 from test_adversarial_4 import (
     _allowance,
@@ -34,8 +37,6 @@ from test_adversarial_4 import (
 )
 
 import normfuse
-from models.adversarial import feed_sets
-from models.adversarial_6 import CASES, CONFIGS, FINDINGS, Case6, extra_feeds, symbolic_inputs
 
 BY_NAME = {c.name: c for c in CASES}
 
@@ -110,7 +111,7 @@ def _options(m: onnx.ModelProto, config: str) -> dict:
     """optimize()'s arguments in `config` (validation with every symbolic dim at 2)."""
     options = dict(CONFIGS[config])
     if options.pop("skip", False):
-        options["passes"] = [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]
+        options["passes"] = [*DEFAULT_PASS_NAMES, "skip-norm"]
     if options.get("validation") == "auto":
         dims = {
             d.dim_param: 2

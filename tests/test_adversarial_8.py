@@ -1,4 +1,4 @@
-"""The eighth adversarial corpus (models/adversarial_8.py: the newest layer-norm and group-norm
+"""The eighth adversarial corpus (corpora/adversarial_8.py: the newest layer-norm and group-norm
 acceptances) through the sixth corpus's checks (`tests/test_adversarial_6.check`: no crash, the
 input unchanged, the interface kept, checker-clean `--target onnx` output, runnable, the
 original's numerics on the adversarial profiles and the case's own feeds or a repair nearer
@@ -13,11 +13,11 @@ import onnxruntime as ort
 import pytest
 import test_adversarial_6 as sixth
 from adversarial_harness import case_config_params
+from corpora.adversarial_6 import Case6
+from corpora.adversarial_8 import CASES, FINDINGS
 from test_adversarial_4 import RATIO
 
 import normfuse
-from models.adversarial_6 import Case6
-from models.adversarial_8 import CASES, FINDINGS
 
 BY_NAME = {c.name: c for c in CASES}
 # The sixth corpus's check finds a case's model and feeds by name in its own table.

@@ -1,13 +1,12 @@
-"""Command-line runs of cases from the second adversarial corpus (models/adversarial_2.py) whose
+"""Command-line runs of cases from the second adversarial corpus (corpora/adversarial_2.py) whose
 failure showed only through the CLI (ADV2-07, fixed in 97068ad)."""
 
 from __future__ import annotations
 
 import onnx
 import pytest
+from corpora.adversarial import CASES
 from helpers import CliRun, run_cli
-
-from models.adversarial import CASES
 
 BY_NAME = {c.name: c for c in CASES}
 

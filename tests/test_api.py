@@ -44,7 +44,7 @@ def test_passes_are_installed_as_normfuse_passes() -> None:
 
 def test_targets_block_raising_the_opset_when_an_operator_changes_meaning() -> None:
     from models.builders import LayerNormSpec, norm_model, with_batch_norm
-    from normfuse.targets import can_raise_opset, raise_blockers
+    from normfuse.target.targets import can_raise_opset, raise_blockers
 
     model = norm_model(LayerNormSpec(), opset=13)
     assert can_raise_opset(model, 17)
@@ -96,3 +96,11 @@ def test_every_example_in_the_python_api_page_runs(monkeypatch: pytest.MonkeyPat
     monkeypatch.chdir(root)
     for block in blocks:
         exec(compile(block, "docs/python-api.md", "exec"), {})
+
+
+def test_the_light_pass_names_are_the_passes_in_driver_order() -> None:
+    """`match.pass_names` (what `--help` reads without importing the passes) names exactly the
+    passes, in the order the driver runs them."""
+    from normfuse.passes import ALL_PASSES, PASS_NAMES
+
+    assert tuple(fusion_pass.name for fusion_pass in ALL_PASSES) == PASS_NAMES

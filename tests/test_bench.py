@@ -14,9 +14,9 @@ import pytest
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse import bench
-from normfuse.cli import main
-from normfuse.columns import display_names
+from normfuse.cli.main import main
+from normfuse.io.columns import display_names
+from normfuse.measure import bench
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 QUICK = bench.BenchOptions(warmup=2, runs=10, threads=1)
@@ -249,7 +249,7 @@ def test_plot_labels_rows_with_the_table_words(tmp_path: Path, monkeypatch) -> N
     pytest.importorskip("matplotlib")
     from matplotlib.axes import Axes
 
-    from normfuse.plot import plot_ratios
+    from normfuse.measure.plot import plot_ratios
 
     texts: list[str] = []
     original_text = Axes.text
@@ -541,7 +541,7 @@ def test_bench_time_budget_through_the_cli(
     already spends the budget, whatever the machine's load."""
     import itertools
 
-    from normfuse import cli
+    from normfuse.cli import shared as cli
 
     ticks = itertools.count()
     real = cli.BenchOptions

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from helpers import CliRun, op_counts, run_cli
@@ -15,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.builders import LAYER_NORM_NEGATIVES, LayerNormSpec, norm_model
-from normfuse.cli import main
+from normfuse.cli.main import main
 
 BERT = Path(__file__).resolve().parent.parent / "models" / "real" / "bert_opset14.onnx"
 
@@ -369,6 +371,56 @@ def test_timing_options_without_bench_are_refused(tmp_path: Path, monkeypatch, c
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("options", "refused", "needs"),
+    [
+        (["--dims", "sequence=8"], "--dims", "--validate, --bench or --tune-for"),
+        (
+            ["--seed", "3", "--inputs", "x.npz"],
+            "--inputs, --seed",
+            "--validate, --bench or --tune-for",
+        ),
+        (["--providers", "cpu", "--tune-for", "cpu"], "--providers", "--validate or --bench"),
+        (["--atol", "1e-3", "--bench"], "--atol", "--validate"),
+    ],
+)
+def test_options_for_a_run_are_refused_where_optimize_runs_no_model(
+    tmp_path: Path, capsys, options: list[str], refused: str, needs: str
+) -> None:
+    """`--dims` (and the other input and tolerance options) mean nothing to an optimize that
+    runs no model: a usage error naming what would use them, before any work."""
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(BERT), "-o", str(out), *options]) == 2
+    err = capsys.readouterr().err
+    assert err == f"normfuse: error: {refused}: used only with {needs}, for the runs they make\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_takes_a_folder_like_the_other_commands(tmp_path: Path, capsys) -> None:
+    """Each *.onnx file of the folder, under its name; one combined JSON record; --check fails
+    when any model has a site left, counting sites and models."""
+    folder = zoo_folder(tmp_path)
+    assert main(["inspect", str(folder)]) == 0
+    printed = capsys.readouterr().out
+    headers = [line for line in printed.splitlines() if line.startswith("== ")]
+    assert headers == [
+        f"== {folder / 'bert_opset14.onnx'} ==",
+        f"== {folder / 'gpt2_opset16.onnx'} ==",
+    ]
+    assert printed.count("layer-norm  LN  ") == 10  # LN: LayerNormalization (a legend says)
+    assert main(["inspect", str(folder), "--json", "--check"]) == 1
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["status"] == 1 and [len(item["report"]["sites"]) for item in data["models"]] == [
+        5,
+        5,
+    ]
+    assert "output" not in data["models"][0] and "written" not in data
+    assert captured.err == (
+        "normfuse: check failed: 10 fusable site(s) left unfused in 2 of 2 models\n"
+    )
+
+
 def zoo_folder(tmp_path: Path, broken: bool = False) -> Path:
     folder = tmp_path / "in"
     folder.mkdir()
@@ -400,17 +452,111 @@ def test_batch_optimizes_a_folder_into_a_folder(tmp_path: Path, capsys) -> None:
     assert all(item["report"]["counts"]["layer-norm"] == 5 for item in data["models"])
 
 
-def test_batch_goes_on_after_a_bad_model_and_exits_with_the_worst(tmp_path: Path, capsys) -> None:
+def test_a_file_that_is_no_model_stops_a_batch_before_any_work(tmp_path: Path, capsys) -> None:
+    """Loading is checked for every model first: a broken file is one error line (naming it),
+    exit 2, and no other model is processed or written, given by name or in a folder."""
     folder, out = zoo_folder(tmp_path, broken=True), tmp_path / "out"
     out.mkdir()
     models = [str(folder / "gpt2_opset16.onnx"), str(folder / "broken.onnx")]
-    assert main(["optimize", *models, "-o", str(out), "--report", "-"]) == 2
+    for argv in ([*models, "--report", "-"], [str(folder)]):
+        assert main(["optimize", *argv, "-o", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        assert f"{folder / 'broken.onnx'}: not an ONNX model" in captured.err
+        assert list(out.iterdir()) == []
+
+
+def test_a_batch_is_written_whole_or_not_at_all(tmp_path: Path, capsys) -> None:
+    """A model that stops with an error (here ONNX Runtime refusing sequence=0 on BERT) is
+    listed with the others, which all still run, but nothing is written: no output, no report,
+    no model replaced with --in-place; one error line says so, and `--report -` still prints
+    the record, with no output claimed."""
+    out, report = tmp_path / "out", tmp_path / "all.json"
+    out.mkdir()
+    models = [str(STATIC), str(BERT)]
+    args = ["optimize", *models, "-o", str(out), "--validate", "--dims", "sequence=0", "--quiet"]
+    assert main([*args, "--report", str(report)]) == 2
     captured = capsys.readouterr()
-    data = json.loads(captured.out)
-    assert [item["status"] for item in data["models"]] == [0, 2] and data["status"] == 2
-    assert "not an ONNX model" in data["models"][1]["error"]
-    assert captured.err == ""
-    assert sorted(p.name for p in out.iterdir()) == ["gpt2_opset16.onnx"]
+    lines = captured.out.splitlines()
+    assert lines[0] == f"models in {BERT.parent}"  # then each by its file name
+    rows = {line.split()[0]: line.split() for line in lines[2:4]}
+    assert rows[STATIC.name][1] == "ok" and rows[BERT.name][1] == "error"
+    assert "nothing written (a batch is written whole or not at all)" in lines
+    assert captured.err.splitlines() == [
+        "normfuse: error: 1 of 2 models stopped with an error; nothing written (a batch is "
+        "written whole or not at all)"
+    ]
+    assert list(out.iterdir()) == [] and not report.exists()
+    assert main([*args, "--report", "-"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["written"] is False and [item["status"] for item in data["models"]] == [0, 2]
+    assert [item["output"] for item in data["models"]] == [None, None]
+    assert data["models"][0]["report"]["output"] is None
+    copies = tmp_path / "in"
+    copies.mkdir()
+    for model in models:
+        (copies / Path(model).name).write_bytes(Path(model).read_bytes())
+    before = {path.name: digest(path) for path in copies.iterdir()}
+    assert main(["optimize", str(copies), "--in-place", "--validate", "--dims", "sequence=0"]) == 2
+    assert {path.name: digest(path) for path in copies.iterdir()} == before
+
+
+def test_a_batch_with_a_failed_check_writes_its_report_and_no_model(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """A model whose check fails (exit 1) withholds the whole batch's models, even those
+    already staged; the report is written, as for one model."""
+    from normfuse.cli import optimize_command as cli
+
+    real = cli._optimize_one
+
+    def failing_bert(args, model_path, *rest):
+        outcome = real(args, model_path, *rest)  # staged
+        return dataclasses.replace(outcome, status=1) if model_path == BERT else outcome
+
+    monkeypatch.setattr(cli, "_optimize_one", failing_bert)
+    out, report = tmp_path / "out", tmp_path / "all.json"
+    out.mkdir()
+    argv = ["optimize", str(STATIC), str(BERT), "-o", str(out), "--report", str(report)]
+    assert main(argv) == 1
+    assert list(out.iterdir()) == [] and json.loads(report.read_text())["written"] is False
+    assert "no model written (a batch is written whole or not at all)" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["all.json", "out"]  # no .tmp
+
+
+def test_a_folder_skips_external_data_files_named_like_models(tmp_path: Path, capsys) -> None:
+    """A folder's `weights.onnx` that another model there reads as external data is no model:
+    optimize and inspect skip it with a note; another *.onnx that is no model is an error."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir(), out.mkdir()
+    (folder / "bert.onnx").write_bytes(BERT.read_bytes())
+    model = norm_model(LayerNormSpec())
+    onnx.save(
+        model,
+        folder / "small.onnx",
+        save_as_external_data=True,
+        location="weights.onnx",
+        size_threshold=0,
+    )
+    assert (folder / "weights.onnx").is_file()
+    assert (
+        main(["optimize", str(folder), "-o", str(out), "--report", str(tmp_path / "r.json")]) == 0
+    )
+    assert sorted(path.name for path in out.iterdir()) == [
+        "bert.onnx",
+        "small.onnx",
+        "small.onnx.data",
+    ]
+    note = f"{folder / 'weights.onnx'} skipped: it is the external data of {folder / 'small.onnx'}"
+    assert f"note: {note}" in " ".join(capsys.readouterr().out.split())  # wrapped at 100
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["notes"] == [note] and len(data["models"]) == 2
+    assert main(["inspect", str(folder), "--json"]) == 0
+    inspected = json.loads(capsys.readouterr().out)
+    assert [Path(item["model"]).name for item in inspected["models"]] == ["bert.onnx", "small.onnx"]
+    (folder / "zz.onnx").write_bytes(b"\x00" * 64)
+    assert main(["optimize", str(folder), "-o", str(tmp_path)]) == 2
+    assert "zz.onnx: not an ONNX model" in capsys.readouterr().err
 
 
 def test_batch_refuses_colliding_names_and_a_missing_folder(tmp_path: Path, capsys) -> None:
@@ -424,7 +570,7 @@ def test_batch_refuses_colliding_names_and_a_missing_folder(tmp_path: Path, caps
     assert main(["optimize", str(BERT), str(other / "bert_opset14.onnx"), "-o", str(out)]) == 2
     assert "same name" in capsys.readouterr().err
     assert list(out.iterdir()) == []
-    dims = ["--dims", "sequence=16,btach=2"]
+    dims = ["--validate", "--dims", "sequence=16,btach=2"]
     assert (
         main(["optimize", str(BERT), str(BERT.parent / "vit_opset16.onnx"), "-o", str(out), *dims])
         == 2
@@ -520,32 +666,47 @@ def test_batch_of_static_models_accepts_dims(tmp_path: Path, capsys) -> None:
     assert main([*args, "--dims", "batch=1"]) == 0
     assert (tmp_path / STATIC.name).exists() and (tmp_path / vit.name).exists()
     assert main([*args, "--dims", "btach=1"]) == 0  # no model has symbolic dims: no typo guard
-    assert main(["optimize", str(STATIC), str(BERT), "-o", str(tmp_path), "--dims", "btach=1"]) == 2
+    argv = ["optimize", str(STATIC), str(BERT), "-o", str(tmp_path), "--validate"]
+    assert main([*argv, "--dims", "btach=1"]) == 2
     assert "no input of any model has such a dimension" in capsys.readouterr().err
 
 
+def unrunnable_model() -> onnx.ModelProto:
+    """x [batch, 4] reshaped to [3]: a valid model that ONNX Runtime cannot run."""
+    helper = onnx.helper
+    shape = onnx.numpy_helper.from_array(np.array([3], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        "unrunnable",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
+        [shape],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def test_batch_summary_shows_near_misses_and_validation_per_model(tmp_path: Path, capsys) -> None:
-    """Each row says how many near-misses the model has and whether it validated; a bad file's
+    """Each row says how many near-misses the model has and whether it validated; a model's
     error names it once; --quiet (no --bench) drops the per-model progress lines."""
     spec, _ = LAYER_NORM_NEGATIVES["unbiased_variance"]
     negative = write(norm_model(spec), tmp_path / "negative.onnx")
-    broken = tmp_path / "zbad.onnx"
-    broken.write_bytes(b"not onnx")
+    broken = write(unrunnable_model(), tmp_path / "zbad.onnx")
     out = tmp_path / "out"
     out.mkdir()
     models = [str(BERT), str(negative), str(broken)]
     args = ["optimize", *models, "-o", str(out), "--validate", "--dims", "sequence=8", "--quiet"]
     assert main(args) == 2
     captured = capsys.readouterr()
-    assert captured.err == ""  # no "MODEL ..." progress lines
+    assert captured.err.startswith("normfuse: error: 1 of 3 models")  # no "MODEL ..." lines
     header, *rows = captured.out.splitlines()
     assert header.split()[:5] == ["model", "status", "sites", "near-misses", "validation"]
     cells = {row.split()[0]: row.split() for row in rows[:3]}  # by file name: no two alike
     assert cells[BERT.name][1:6] == ["ok", "layer-norm", "5", "0", "passed"]
     assert cells[negative.name][1:5] == ["ok", "none", "1", "passed"]
     assert cells[broken.name][1:5] == ["error", "-", "-", "-"]
-    errors = "\n".join(rows[3:])
-    assert errors.count("not an ONNX model") == 1 and errors.count(str(broken)) == 1
+    errors = " ".join(" ".join(rows[3:]).split())  # the error, wrapped onto lines of 100
+    assert errors.count("does not run on the validation inputs") == 1
+    assert errors.count(str(broken)) == 1
     assert main(["optimize", str(BERT), str(negative), "-o", str(out)]) == 0
     header, *rows = capsys.readouterr().out.splitlines()
     at = header.index("validation")
@@ -694,9 +855,9 @@ def test_dims_and_inputs_errors_come_before_any_work(
     np.savez(npz, x=np.zeros((4, 3, 5), np.float32))
     started: list[str] = []
     for owner, name in [
-        (normfuse.model_view, "build"),
-        (normfuse.rewrite, "run"),
-        (normfuse.guard.OutputGuard, "start"),
+        (normfuse.facts.model_view, "build"),
+        (normfuse.rewrite.rounds, "run"),
+        (normfuse.prove.guard.OutputGuard, "start"),
     ]:
         monkeypatch.setattr(owner, name, lambda *a, _name=name, **k: started.append(_name))
     options, line = EARLY_INPUT_ERRORS[case]
@@ -737,12 +898,12 @@ def test_a_reader_gone_after_the_commit_does_not_fail_a_written_model() -> None:
     commit to a pipe nobody reads is dropped, and so is the rest of that stream's output."""
     import os
 
-    from normfuse.cli import _said_after_commit
+    from normfuse.cli.shared import said_after_commit
 
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone
     with os.fdopen(write_end, "w") as stream:
-        _said_after_commit("wrote o.onnx", stream)  # no BrokenPipeError
+        said_after_commit("wrote o.onnx", stream)  # no BrokenPipeError
         print("more", file=stream)  # now goes nowhere
         stream.flush()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from normfuse import columns
-from normfuse.cli import main
+from normfuse.cli.main import main
+from normfuse.io import columns
 
 REAL = Path(__file__).resolve().parent.parent / "models" / "real"
 WIDTH = columns.WIDTH
@@ -89,7 +89,7 @@ COMMANDS = {
     ],
     "optimize batch": [
         "optimize", "bert_opset14.onnx", "llama_opset18_dynamo_float32.onnx",
-        "qwen3_opset17_torchscript_float16.onnx", "-o", "outputs", "--dims", "sequence=16",
+        "qwen3_opset17_torchscript_float16.onnx", "-o", "outputs",
     ],
     "inspect --verbose": ["inspect", "qwen3_opset17_torchscript_float16.onnx", "--verbose"],
     "inspect near-misses": [

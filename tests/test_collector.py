@@ -8,7 +8,8 @@ import pytest
 
 import normfuse
 from models import builders
-from normfuse import collector, rewrite
+from normfuse.driver import collector
+from normfuse.rewrite import rounds as rewrite
 from tests.helpers import assert_same_numerics
 
 

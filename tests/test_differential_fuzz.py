@@ -18,14 +18,15 @@ from collections import Counter
 import numpy as np
 import onnx
 from adversarial_harness import compare, narrowest_float, session
+from corpora.adversarial import feed_sets
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from normfuse.passes import DEFAULT_PASS_NAMES
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
 import normfuse
 from models import builders
-from models.adversarial import feed_sets
 
 EXAMPLES = int(os.environ.get("NORMFUSE_FUZZ_EXAMPLES", "80"))
 SHAPE = (2, 5, 16)
@@ -47,7 +48,7 @@ MUTATIONS = (
 CONFIGS = (
     {},
     {"target": "onnx"},
-    {"passes": [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]},
+    {"passes": [*DEFAULT_PASS_NAMES, "skip-norm"]},
     {"validation": normfuse.ValidationOptions()},
 )
 STATS: Counter = Counter()

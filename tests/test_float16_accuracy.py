@@ -18,8 +18,8 @@ import pytest
 from onnx import numpy_helper
 
 import normfuse
-from normfuse.float64_reference import float64_runner
-from normfuse.inputs import make_inputs
+from normfuse.prove.float64_reference import float64_runner
+from normfuse.prove.inputs import make_inputs
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 ENTRIES = [

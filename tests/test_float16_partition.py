@@ -12,7 +12,7 @@ from helpers import session
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
-from normfuse.float16_partition import read_float16
+from normfuse.facts.float16_partition import read_float16
 
 F16 = TensorProto.FLOAT16
 ROWS, WIDTH = 8, 16

@@ -20,9 +20,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from normfuse.constants import ConstantReader, reduce_axes
-from normfuse.facts import ScopeFacts
-from normfuse.folding import FOLDED_OPS
+from normfuse.facts.constants import ConstantReader, reduce_axes
+from normfuse.facts.facts import ScopeFacts
+from normfuse.facts.folding import FOLDED_OPS
 from tests.helpers import assert_same_numerics, session
 
 # Edge values (inf, NaN, overflow to inf) are the point: the reference warns about them.

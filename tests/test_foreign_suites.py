@@ -1,4 +1,4 @@
-"""Other projects' norm-fusion test cases (models/foreign.py), run through normfuse.
+"""Other projects' norm-fusion test cases (corpora/foreign.py), run through normfuse.
 
 For each case: the rebuilt graph is valid (onnx.checker, full check) and runs in ONNX Runtime;
 normfuse's output computes what the original does on random and adversarial inputs (ORT at
@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 import pytest
 from adversarial_harness import TOLERANCES, compare, float64_model, narrowest_float, session
+from corpora.foreign import CASES, ForeignCase
+from corpora.foreign_onnxruntime import _shared_input
 from helpers import adversarial_inputs
 
 import normfuse
-from models.foreign import CASES, ForeignCase
-from models.foreign_onnxruntime import _shared_input
 
 PROJECTS = ("onnxruntime", "onnxscript", "openvino")
 

@@ -12,8 +12,8 @@ import onnx_graphsurgeon as gs
 import pytest
 from helpers import odd_scopes_model
 
-from normfuse import graph_export
-from normfuse.graph_import import import_graph
+from normfuse.ir import graph_export
+from normfuse.ir.graph_import import import_graph
 
 REAL = sorted((Path(__file__).resolve().parent.parent / "models" / "real").glob("*.onnx"))
 

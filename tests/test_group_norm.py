@@ -38,9 +38,9 @@ from models.builders import (
     ort_inlined_group_norm_model,
     padded_group_norm_model,
 )
-from normfuse.forms import FormChooser
-from normfuse.subgraph import as_float64
-from normfuse.validate import ValidationOptions, check_sites
+from normfuse.measure.forms import FormChooser
+from normfuse.prove.subgraph import as_float64
+from normfuse.prove.validate import ValidationOptions, check_sites
 
 LAYERS = 2
 SHAPE = ("batch", 8, 5, 5)
@@ -111,7 +111,7 @@ def test_fuses_at_other_opsets(opset: int) -> None:
     # second group norm's input shape is unknown (`unknown-rank`, left alone).
     spec = GROUP_NORM_POSITIVES["decomposed"]
     result = assert_fused(group_norm_block_model(spec, SHAPE, opset=opset), layers=1)
-    assert normfuse.targets.default_opset(result.model) == max(opset, 17)
+    assert normfuse.target.targets.default_opset(result.model) == max(opset, 17)
 
 
 def test_fuses_static_diffusion_shape_with_32_groups() -> None:
@@ -163,7 +163,7 @@ def test_target_onnx_below_opset_17_raises_the_opset() -> None:
     model = group_norm_block_model(GROUP_NORM_POSITIVES["decomposed"], SHAPE, opset=16)
     result = normfuse.optimize(model, target="onnx")
     assert len(result.report.sites) == 1
-    assert normfuse.targets.default_opset(result.model) == 17
+    assert normfuse.target.targets.default_opset(result.model) == 17
     onnx.checker.check_model(result.model, full_check=True)
     assert_same_numerics(model, result.model, {"batch": 2}, seed=40)
 
@@ -447,7 +447,7 @@ WINDOW_BOUNDS = [None, -9, -4, -3, -1, 0, 1, 3, 4, 9]
 
 def test_shape_windows_are_the_dims_onnx_runtime_returns() -> None:
     """`_shape_window` against ORT's Shape-15 kernel on a rank-4 tensor, every start/end pair."""
-    from normfuse.static_values import shape_window as _shape_window
+    from normfuse.facts.static_values import shape_window as _shape_window
 
     dims = np.array([2, 3, 5, 7], np.int64)
     x = np.zeros(dims, np.float32)

@@ -8,7 +8,7 @@ import pytest
 
 import normfuse
 from models import builders
-from normfuse import rewrite
+from normfuse.rewrite import rounds as rewrite
 from tests.helpers import assert_same_numerics
 
 

@@ -18,7 +18,7 @@ from models.kv_decoder import (
     merged_decoder_model,
     with_past_decoder_model,
 )
-from normfuse.placement import graphs_by_scope, initializer_scopes
+from normfuse.ir.placement import graphs_by_scope, initializer_scopes
 
 CONFIGS = {
     "rms": DecoderConfig(),

@@ -19,9 +19,10 @@ from helpers import FLOAT32_ATOL, assert_same_numerics
 
 import normfuse
 from models.kv_feeds import export_feeds
-from normfuse import bench, model_view
-from normfuse.placement import graphs_by_scope, initializer_scopes
-from normfuse.validate import ValidationOptions, check_sites
+from normfuse.facts import model_view
+from normfuse.ir.placement import graphs_by_scope, initializer_scopes
+from normfuse.measure import bench
+from normfuse.prove.validate import ValidationOptions, check_sites
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MANIFEST = json.loads((MODELS_DIR / "manifest.json").read_text())

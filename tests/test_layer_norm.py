@@ -35,7 +35,7 @@ from models.builders import (
 from models.builders import (
     LAYER_NORM_STRUCTURES as STRUCTURES,
 )
-from normfuse.subgraph import as_float64
+from normfuse.prove.subgraph import as_float64
 
 LAYERS = 2
 EPSILON_F32 = float(np.float32(1e-5))  # a double epsilon the float32 attribute holds
@@ -51,7 +51,7 @@ def assert_fused(original: onnx.ModelProto, opset_after: int = 17) -> normfuse.O
     assert result.report.near_misses == []
     assert [o.name for o in fused.graph.output] == [o.name for o in original.graph.output]
     assert list(fused.graph.input) == list(original.graph.input)
-    assert normfuse.targets.default_opset(fused) == opset_after
+    assert normfuse.target.targets.default_opset(fused) == opset_after
     onnx.checker.check_model(fused, full_check=True)
     assert_same_numerics(original, fused, {"batch": 3}, seed=1)
     return result
@@ -269,7 +269,7 @@ def test_target_ort_emits_ort_only_layer_norm_where_opset_cannot_be_raised() -> 
     result = normfuse.optimize(original)
     assert result.report.ort_only
     assert op_types(result.model) == EXPECTED_OPS
-    assert normfuse.targets.default_opset(result.model) == 12
+    assert normfuse.target.targets.default_opset(result.model) == 12
     assert_same_numerics(original, result.model, seed=4)
 
 

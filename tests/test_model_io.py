@@ -14,7 +14,7 @@ from onnx.external_data_helper import uses_external_data
 
 import normfuse
 from models.builders import LayerNormSpec, norm_model
-from normfuse import model_io
+from normfuse.io import model_io
 
 
 def save_external(folder: Path, name: str = "m.onnx") -> Path:
@@ -141,7 +141,7 @@ def test_output_in_the_source_folder(tmp_path: Path, reference: bool) -> None:
 
 
 def test_in_place_with_external_data_keeps_the_data_file(tmp_path: Path) -> None:
-    from normfuse.cli import main
+    from normfuse.cli.main import main
 
     source = save_external(tmp_path)
     assert main(["optimize", str(source), "--in-place"]) == 0

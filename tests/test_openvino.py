@@ -14,9 +14,10 @@ from helpers import random_inputs, run
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse import bench, openvino_runtime, sessions
-from normfuse.cli import main
+from normfuse.cli.main import main
 from normfuse.errors import NormfuseError
+from normfuse.measure import bench
+from normfuse.prove import openvino_runtime, sessions
 
 OPENVINO = ("openvino",)
 needs_openvino = pytest.mark.skipif(

@@ -20,7 +20,7 @@ from models.builders import (
     add_rms_norm,
     norm_model,
 )
-from normfuse import opset_raise, targets
+from normfuse.target import opset_raise, targets
 
 FLOAT = TensorProto.FLOAT
 

@@ -1,4 +1,4 @@
-"""The allow-list of shape rules (normfuse.shape_rules) against ONNX Runtime.
+"""The allow-list of shape rules (normfuse.facts.shape_rules) against ONNX Runtime.
 
 For each listed operator, tiny models over its attribute space are run in ONNX Runtime with graph
 optimisations disabled, and the output shapes it produces are compared with onnx's inferred
@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from normfuse.shape_rules import FULL, RULES, trusted_dims
+from normfuse.facts.shape_rules import FULL, RULES, trusted_dims
 
 F = TensorProto.FLOAT
 
@@ -145,13 +145,13 @@ def _elementwise_cases() -> list[Case]:
 
 
 def _unary_ops() -> list[str]:
-    from normfuse.shape_rules import SAME_SHAPE
+    from normfuse.facts.shape_rules import SAME_SHAPE
 
     return sorted(SAME_SHAPE - {"Not", "Dropout"})
 
 
 def _binary_ops() -> list[str]:
-    from normfuse.shape_rules import BROADCAST
+    from normfuse.facts.shape_rules import BROADCAST
 
     return sorted(BROADCAST - {"And", "Or", "Xor", "Where"})
 
@@ -324,7 +324,7 @@ def _shape_cases() -> list[Case]:
 
 
 def _reduce_cases() -> list[Case]:
-    from normfuse.shape_rules import REDUCE
+    from normfuse.facts.shape_rules import REDUCE
 
     cases = []
     for op, axes, keepdims, noop in itertools.product(
@@ -568,7 +568,7 @@ def _control_flow_models() -> dict[str, onnx.ModelProto]:
 def test_control_flow_shapes_normfuse_trusts_agree_with_onnx_runtime(name: str) -> None:
     """The dims normfuse derives and keeps (`derive_types`) for If, Loop and Scan outputs agree
     with the shapes ONNX Runtime produces; a Loop state that grows is not trusted at all."""
-    from normfuse.shapes import derive_types
+    from normfuse.facts.shapes import derive_types
 
     model = _control_flow_models()[name]
     types = derive_types(model).types
@@ -604,7 +604,7 @@ def test_group_normalization_output_is_typed_as_onnx_runtime_produces_it(
 ) -> None:
     """onnx infers no type for a GroupNormalization output; normfuse derives its input's type
     and shape (`shapes.TYPED_AS_INPUT`), which is what ONNX Runtime's run produces."""
-    from normfuse.shapes import derive_types
+    from normfuse.facts.shapes import derive_types
 
     groups = 2
     count = groups if opset == 18 else shape[1]

@@ -20,11 +20,16 @@ import pytest
 from helpers import assert_same_numerics, op_counts
 from normfuse.passes.layer_norm import LayerNormPass
 from onnx import helper
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 import normfuse
 from models.builders import GraphBuilder, LayerNormSpec, add_layer_norm, norm_model
-from normfuse import final_check, guard, inputs
-from normfuse.records import FusedNode
+from normfuse.driver import optimize as driver
+from normfuse.match import final_check
+from normfuse.match.records import FusedNode
+from normfuse.prove import guard, inputs, sessions
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FLOAT = onnx.TensorProto.FLOAT
 MS = "com.microsoft"
@@ -411,10 +416,10 @@ def test_bisection_rebuilds_logarithmically(monkeypatch):
 
     plant(monkeypatch, target, short_scale)
     # Every layer norm here is a repair on offset rows; finding their sites is another search.
-    monkeypatch.setattr(normfuse.rollback, "repaired_sites", lambda *args: {})
+    monkeypatch.setattr(normfuse.prove.rollback, "repaired_sites", lambda *args: {})
     builds = []
-    rewrite = normfuse._optimize
-    monkeypatch.setattr(normfuse, "_optimize", lambda *a, **k: builds.append(1) or rewrite(*a, **k))
+    rewrite = driver._optimize
+    monkeypatch.setattr(driver, "_optimize", lambda *a, **k: builds.append(1) or rewrite(*a, **k))
     result = normfuse.optimize(model)
     assert reasons(result.report) == ["output-does-not-run"]
     assert len(result.report.sites) == 15
@@ -473,3 +478,62 @@ def test_a_worker_gives_its_value_or_raises_its_error():
     assert guard._Worker(lambda: 42).wait() == 42
     with pytest.raises(ZeroDivisionError):
         guard._Worker(lambda: 1 / 0).wait()
+
+
+DYNAMO_WITH_PAST = ROOT / "models" / "real" / "kv" / "llama_dynamo_with_past_opset18_float32.onnx"
+
+
+def test_a_declared_present_length_sizes_the_mask_the_outputs_do_not_name():
+    """A dynamo with-past decoder names its mask length `s53` and declares its present length
+    `s15 + s70`: the guard's second choice gives the mask that sum, and the original runs on it
+    (on the first, all 3, it does not)."""
+    model = onnx.load(DYNAMO_WITH_PAST)
+    first, second = inputs.probe_dim_choices(model)
+    assert first == dict.fromkeys(["s15", "s53", "s70", "s81", "s89"], inputs.PROBE_DIM)
+    assert second == {**first, "s53": 2 * inputs.PROBE_DIM}
+    session = sessions.create(model, "cpu", "disable", None)
+    with pytest.raises(InvalidArgument):
+        session.run(None, inputs.make_inputs(model, first)[0])
+    feeds, outputs = guard._first_run(session, model)
+    assert feeds["attention_mask"].shape == (1, 2 * inputs.PROBE_DIM)
+    assert outputs[0].shape == (1, inputs.PROBE_DIM, 64)
+
+
+def test_the_guard_catches_a_wrong_site_in_a_with_past_decoder(monkeypatch) -> None:
+    """Before the guard could run a with-past decoder (its mask sized apart from past +
+    sequence), a wrong epsilon in one of its norms was kept; now it is rolled back."""
+    from normfuse.match import norm_checks
+
+    honest = normfuse.optimize(str(DYNAMO_WITH_PAST))
+    target = honest.report.sites[2].output
+    real_epsilon = norm_checks.epsilon
+
+    def wrong_for_one_site(match, context, *shape):
+        value = real_epsilon(match, context, *shape)
+        return value * 1e5 if match.root.name == target else value
+
+    monkeypatch.setattr(norm_checks, "epsilon", wrong_for_one_site)
+    guarded = normfuse.optimize(str(DYNAMO_WITH_PAST))
+    assert [site.output for site in guarded.report.sites] == [
+        site.output for site in honest.report.sites if site.output != target
+    ]
+    assert [miss.reason for miss in guarded.report.near_misses] == ["output-differs"]
+
+
+def test_the_wide_probe_pads_masks_left_and_right() -> None:
+    """A stage's second guard runs at batch 2 with padded masks: row 0 padded on the right,
+    row 1 on the left, other inputs untouched (adversary 15: an attention fusion that ignored
+    the mask's layout passed on a mask of ones)."""
+    feeds = {
+        "attention_mask": np.ones((2, 6), np.int64),
+        "x": np.ones((2, 6), np.float32),
+        "mask_flags": np.ones((2, 1, 6), bool),
+    }
+    padded = inputs.padded_masks(feeds)
+    assert padded["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
+    assert padded["mask_flags"][:, 0].tolist() == [
+        [True] * 4 + [False] * 2,
+        [False] * 2 + [True] * 4,
+    ]
+    assert padded["x"] is feeds["x"]
+    assert inputs.WIDE_PROBE.batch == 2 and inputs.WIDE_PROBE.padded_masks

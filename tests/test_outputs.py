@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from normfuse.errors import NormfuseError
-from normfuse.outputs import OutputPlan
+from normfuse.io.outputs import OutputPlan
 
 
 def test_stdout_is_not_a_file(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import pytest
 from helpers import run_cli
 
 from models.builders import LayerNormSpec, norm_model
-from normfuse import cli, outputs
+from normfuse.cli import shared as cli
+from normfuse.io import outputs
 
 SIGNALS = [
     (signal.SIGINT, 130, "interrupted (SIGINT)"),
@@ -82,7 +83,7 @@ def test_a_signal_after_the_commit_is_ignored(
 ) -> None:
     """Raised as the commit returns, before the command prints and exits: it succeeds."""
     model, out, report, _ = _workspace(tmp_path)
-    monkeypatch.setattr(cli, "_commit", _after(cli._commit, signum))
+    monkeypatch.setattr(cli, "commit", _after(cli.commit, signum))
     done = run_cli(capfd, "optimize", str(model), "-o", str(out), "--report", str(report))
     assert (done.returncode, done.stderr) == (0, "")
     assert f"wrote {out}" in done.stdout
@@ -96,7 +97,7 @@ def test_a_signal_before_the_commit_removes_every_staged_file(
     """Raised once the model and the report are staged, just before the commit: 130 / 143, the
     old `-o` unchanged, no report, no temporary file."""
     model, out, report, old = _workspace(tmp_path)
-    monkeypatch.setattr(cli, "_stage_text", _after(cli._stage_text, signum))
+    monkeypatch.setattr(cli, "stage_text", _after(cli.stage_text, signum))
     done = run_cli(capfd, "optimize", str(model), "-o", str(out), "--report", str(report))
     assert done.returncode == code
     assert done.stderr == f"normfuse: error: {text}; uncommitted outputs removed\n"

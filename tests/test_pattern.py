@@ -8,8 +8,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper, numpy_helper
 
-from normfuse.constants import ConstantReader, reduce_axes
-from normfuse.pattern import AnyOf, Const, Op, Var, match
+from normfuse.facts.constants import ConstantReader, reduce_axes
+from normfuse.match.pattern import AnyOf, Const, Op, Var, match
 
 READER = ConstantReader(None, opset=17)  # the toy graphs' opset
 FLOAT = onnx.TensorProto.FLOAT

@@ -19,8 +19,9 @@ from helpers import assert_same_numerics
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
-from normfuse import inputs, model_view, sessions
-from normfuse.guard import runnable
+from normfuse.facts import model_view
+from normfuse.prove import inputs, sessions
+from normfuse.prove.guard import runnable
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 MANIFEST = json.loads((MODELS / "manifest.json").read_text())

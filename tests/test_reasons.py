@@ -1,7 +1,7 @@
-"""The reason registry (`normfuse.reasons`) is exactly what the code raises, and the reasons
+"""The reason registry (`normfuse.match.reasons`) is exactly what the code raises, and the reasons
 table of docs/spellings-and-reasons.md is the one rendered from it.
 
-The scan reads the source (AST) of src/normfuse/*.py and passes/*.py. A code is raised where a
+The scan reads the source (AST) of src/normfuse/**/*.py and passes/*.py. A code is raised where a
 record is made with it: `Reject(code, ...)`, `Unfit(code, ...)`, the guard's `Failure(code, ...)`,
 `NearMiss(kind, node, code, ...)`, a row `Refusal(binding, code, detail)` of a pass's table of
 refusing bindings (counted in the module holding the table; `norm_checks.refuse_bindings` raises
@@ -21,23 +21,24 @@ from pathlib import Path
 
 from normfuse.passes import group_norm, layer_norm, rms_norm, skip_norm
 
-from normfuse import reasons
-from normfuse.norm_checks import Refusal
+from normfuse.match import reasons
+from normfuse.match.norm_checks import Refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "spellings-and-reasons.md"
-REGENERATE = "python -m normfuse.reasons docs/spellings-and-reasons.md"
+REGENERATE = "python -m normfuse.match.reasons docs/spellings-and-reasons.md"
 RAISERS = {"Reject": 0, "Unfit": 0, "Failure": 0, "NearMiss": 2, "Refusal": 1}
 # Raise sites that pass on a code another record already carries (counted where it was made).
 PASS_THROUGH = {
-    ("rewrite", "reject.reason"),
-    ("rewrite", "*unfit"),
-    ("rewrite", "*excluded[outcome.output]"),
+    ("rounds", "reject.reason"),
+    ("rounds", "*unfit"),
+    ("rounds", "*excluded[outcome.output]"),
     ("norm_checks", "refusal.code"),
 }
 # Kebab-case literals that are not reason codes: family names, labels, JSON keys.
 NOT_REASONS = {"layer-norm", "rms-norm", "skip-norm", "channel-first", "cand-f64", "orig-f64"}
 NOT_REASONS |= {"near-misses", "constant-rows", "float16-limits"}  # input profiles
+NOT_REASONS |= {"ort-transformers", "utf-8"}  # a stage's name (--with); an encoding
 KEBAB = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 
 
@@ -62,7 +63,7 @@ class Source:
 
 SOURCES = [
     Source(path)
-    for path in sorted((ROOT / "src" / "normfuse").glob("*.py"))
+    for path in sorted((ROOT / "src" / "normfuse").rglob("*.py"))
     + sorted((ROOT / "passes").glob("*.py"))
     if path.stem != "reasons"
 ]

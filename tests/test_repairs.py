@@ -15,8 +15,8 @@ from helpers import assert_same_numerics, session
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
-from normfuse.compare import TYPICAL_ALLOWANCE, no_further
-from normfuse.profiles import OFFSETS
+from normfuse.prove.compare import TYPICAL_ALLOWANCE, no_further
+from normfuse.prove.profiles import OFFSETS
 
 
 def _layer_norm(width: int, rows: int = 8) -> onnx.ModelProto:
@@ -151,3 +151,66 @@ def test_a_layer_norm_the_profiles_cannot_reach_carries_the_class_note() -> None
         )
     )
     assert rms.report.sites and not rms.report.notes  # RMS norms do not centre: no such note
+
+
+def test_a_repair_kept_by_its_typical_distance_says_so() -> None:
+    """Where the rewrite is further from float64 at its worst element but not typically (the
+    RMS rule), the record and its line give both distances (adversary 15: the line showed only
+    the worst elements, the rewrite's twice the original's, under a rule saying 'no further')."""
+    from normfuse.prove.compare import nearness
+    from normfuse.prove.guard import Repair
+
+    reference = np.zeros(100)
+    original = np.full(100, 1e-3)
+    spiky = np.zeros(100)
+    spiky[0] = 2e-3
+    assert nearness(original * 0.5, original, reference, 0.0, 0.0) == "largest"
+    assert nearness(spiky, original, reference, 0.0, 0.0) == "typical"
+    assert nearness(original * 2, original, reference, 0.0, 0.0) is None
+    line = Repair("offset", "y", 0.00203, 0.00391, (1.0e-4, 1.2e-4)).sentence()
+    assert "typical (RMS) 0.00012 from float64 against the original's 0.0001" in line
+    assert "(largest 0.00391 against 0.00203)" in line
+    assert Repair("offset", "y", 0.00203, 0.00391, (1e-4, 1.2e-4)).as_dict()["typical_to_float64"]
+
+
+def test_the_repair_search_is_bounded_and_says_where_it_stopped() -> None:
+    """Finding the sites behind a repair rebuilds the model about 2·log2(n) times per site; past
+    `MAX_REPAIR_BUILDS` a group is named whole, each of its sites' records saying among how many
+    sites (a 200-layer chain took 108 s in the search alone before the bound)."""
+    from normfuse.prove import rollback
+    from normfuse.prove.guard import Failure
+
+    outputs = [f"s{index}" for index in range(64)]
+    guilty = {"s3", "s40", "s41", "s60"}
+    builds = []
+
+    def build(excluded):
+        builds.append(1)
+        return [output for output in outputs if output not in excluded]
+
+    def check(kept) -> Failure | None:
+        hits = guilty & set(kept)
+        return Failure("repair", "r", ({"output": "y"},)) if hits else None
+
+    evidence = Failure("repair", "r", ({"output": "y"},))
+    found = rollback.culprits(build, {}, outputs, evidence, check, max_builds=8)
+    assert len(builds) <= 8
+    assert guilty <= set(found)
+    grouped = [failure for failure in found.values() if "not attributed further" in failure.detail]
+    assert grouped and all(failure.evidence[0]["among_sites"] > 1 for failure in grouped)
+    unbounded = rollback.culprits(lambda e: build(e), {}, outputs, evidence, check)
+    assert set(unbounded) == guilty
+
+
+def test_a_rewrite_of_many_sites_names_its_repair_among_them_without_rebuilds() -> None:
+    """Past `MAX_ATTRIBUTED_SITES` sites the repair is not searched (each rebuild is a whole
+    rewrite): every site carries the evidence with `among_sites`, the table says it once."""
+    from models.builders import LayerNormSpec, norm_model
+    from normfuse.prove import rollback
+
+    layers = rollback.MAX_ATTRIBUTED_SITES + 1
+    result = normfuse.optimize(norm_model(LayerNormSpec(), shape=(1, 16, 64), layers=layers))
+    assert len(result.report.sites) == layers
+    assert all(site.repair[0]["among_sites"] == layers for site in result.report.sites)
+    lines = [line for line in result.report.table().splitlines() if line.startswith("repair")]
+    assert lines == [lines[0]] and f"in one of {layers} sites" in lines[0]

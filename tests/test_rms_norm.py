@@ -23,7 +23,7 @@ from models.builders import (
     RmsNormSpec,
     norm_model,
 )
-from normfuse.subgraph import as_float64
+from normfuse.prove.subgraph import as_float64
 
 LAYERS = 2
 EPSILON_F32 = float(np.float32(1e-5))  # a double epsilon the float32 attribute holds
@@ -257,8 +257,8 @@ def test_float16_kernel_choice_per_provider(provider, scale, widened: bool) -> N
 
     import onnx_graphsurgeon as gs
 
-    from normfuse.fused_sites import widened_float16
-    from normfuse.norm_checks import FusedIO
+    from normfuse.match.fused_sites import widened_float16
+    from normfuse.match.norm_checks import FusedIO
 
     io = FusedIO(gs.Variable("x"), onnx.TensorProto.FLOAT16, np.float16, None, ())
     chooser = None if provider is None else SimpleNamespace(provider=provider)

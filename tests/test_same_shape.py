@@ -1,4 +1,4 @@
-"""`normfuse.same_shape`: every op of the derivation allow-list, swept against the shapes ONNX
+"""`normfuse.facts.same_shape`: every op of the derivation allow-list, swept against the shapes ONNX
 Runtime produces (graph inputs symbolic, run at several concrete sizes): a derived dim that is a
 size or a symbol must be what ONNX Runtime's output has; a fresh unknown claims nothing."""
 
@@ -11,9 +11,9 @@ import pytest
 from helpers import session
 from onnx import TensorProto, helper, numpy_helper
 
-from normfuse.constants import ConstantReader
-from normfuse.same_shape import Deriver, format_shape
-from normfuse.shapes import tensor_types
+from normfuse.facts.constants import ConstantReader
+from normfuse.facts.same_shape import Deriver, format_shape
+from normfuse.facts.shapes import tensor_types
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 SIZES = ({"B": 1, "S": 1, "H": 1}, {"B": 3, "S": 5, "H": 1}, {"B": 2, "S": 7, "H": 8})

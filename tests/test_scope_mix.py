@@ -13,8 +13,8 @@ from helpers import assert_same_numerics, random_inputs
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
-from normfuse import rewrite
 from normfuse.errors import NormfuseError
+from normfuse.rewrite import rounds as rewrite
 
 F = TensorProto.FLOAT
 H = 8

@@ -16,7 +16,7 @@ from helpers import run_cli, session
 
 import normfuse
 from models.builders import LayerNormSpec, norm_model
-from normfuse import model_io
+from normfuse.io import model_io
 
 HIDDEN = 256
 
@@ -165,8 +165,8 @@ def test_validation_fails_a_repair_the_guard_did_not_see_when_repairs_are_refuse
     """Validation's own inputs (other dims, other draws) may show a repair the guard's did not:
     with repairs refused, that fails the validation (nothing written by the CLI), and the table
     says why; allowed, the row says `repair`."""
-    from normfuse import guard
-    from normfuse.validate import ValidationOptions
+    from normfuse.prove import guard
+    from normfuse.prove.validate import ValidationOptions
 
     monkeypatch.setattr(guard, "runnable", lambda model, base_dir=None: False)  # guard blind
     source = _export(tmp_path / "ext")
@@ -199,3 +199,47 @@ def test_an_existing_data_file_the_output_does_not_own_is_never_replaced(
     feeds = _feeds(source)
     for before, after in zip(_outputs(source, feeds), _outputs(out, feeds), strict=True):
         np.testing.assert_allclose(after, before, atol=1e-4, rtol=1e-4)
+
+
+def test_a_sparse_source_is_copied_without_its_holes(tmp_path: Path) -> None:
+    """Weights copied tensor by tensor (no clone) carry their data ranges only: a source whose
+    tensors sit in a sparse file (holes read as zeros) gives an output of the same bytes, its
+    holes kept where the filesystem keeps them, and a tensor that ends in a hole still ends the
+    file at its size."""
+    folder = tmp_path / "sparse"
+    folder.mkdir()
+    size = 1 << 20
+    weights = [
+        np.zeros(size, np.float32),
+        np.arange(1024, dtype=np.float32),
+        np.zeros(size, np.float32),
+    ]
+    data = folder / "w.bin"
+    tensors, offset = [], 0
+    with data.open("wb") as file:
+        for index, array in enumerate(weights):
+            offset = (offset + 4095) // 4096 * 4096
+            if array.any():
+                file.seek(offset)
+                file.write(array.tobytes())
+            tensor = onnx.TensorProto(name=f"w{index}", data_type=onnx.TensorProto.FLOAT)
+            tensor.dims.extend(array.shape)
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", "w.bin"), ("offset", offset), ("length", array.nbytes)):
+                tensor.external_data.add(key=key, value=str(value))
+            tensors.append(tensor)
+            offset += array.nbytes
+        file.truncate(offset)
+    out = tmp_path / "out.data"
+    with out.open("wb") as stream:
+        model_io._write_external_data(tensors, folder, stream, "out.data")
+    written = out.read_bytes()
+    for tensor, array in zip(tensors, weights, strict=True):
+        entry = {
+            item.key: int(item.value) for item in tensor.external_data if item.key != "location"
+        }
+        chunk = written[entry["offset"] : entry["offset"] + entry["length"]]
+        assert np.array_equal(np.frombuffer(chunk, np.float32), array)
+    assert out.stat().st_size == entry["offset"] + entry["length"]
+    if data.stat().st_blocks * 512 < data.stat().st_size // 2:  # this filesystem keeps holes
+        assert out.stat().st_blocks * 512 < out.stat().st_size // 2

@@ -11,8 +11,8 @@ from helpers import FLOAT32_ATOL, assert_same_numerics, max_abs_diff, op_types, 
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
-from normfuse import forms
-from normfuse.forms import FormChooser
+from normfuse.measure import forms
+from normfuse.measure.forms import FormChooser
 
 HIDDEN = 32
 F32, F16, F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE

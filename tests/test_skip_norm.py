@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse.forms import FormChoice, FormChooser
+from normfuse.measure.forms import FormChoice, FormChooser
 
 SHAPE = (2, 7, 32)
 

@@ -366,7 +366,7 @@ def test_site_in_a_function_is_validated_alone():
 
 
 def test_a_nan_the_candidate_does_not_reproduce_is_a_difference():
-    from normfuse.compare import compare_output
+    from normfuse.prove.compare import compare_output
 
     original = np.array([1.0, np.nan, np.inf], np.float32)
     assert not compare_output("y", original, np.array([1.0, 0.0, np.inf], np.float32)).passed
@@ -436,7 +436,7 @@ def test_kept_constant_nodes_of_the_caller_stay_as_they_are():
 def test_shape_arithmetic_folds_only_from_true_constants(overridable):
     """A Reshape target computed by Div (which onnx's data propagation does not follow) is folded
     to derive the output shape, unless a part of it is an initializer a caller may override."""
-    from normfuse.shapes import derive_types
+    from normfuse.facts.shapes import derive_types
 
     x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 8, 5])
     groups = nh.from_array(np.array([4], np.int64), "groups")

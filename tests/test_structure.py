@@ -1,4 +1,4 @@
-"""The structural gate (`normfuse.structure.check_structure`): a graph whose nodes are listed out
+"""The structural gate (`normfuse.ir.structure.check_structure`): a graph whose nodes are listed out
 of order is accepted, and every cycle (a node reading its own output, two nodes reading each
 other, a cycle behind nodes in order) is refused with its message."""
 
@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from normfuse.errors import NormfuseError
-from normfuse.structure import check_structure
+from normfuse.ir.structure import check_structure
 
 
 def _model(nodes: list[onnx.NodeProto]) -> onnx.ModelProto:

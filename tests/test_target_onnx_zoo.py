@@ -13,7 +13,7 @@ from helpers import FLOAT32_ATOL, op_counts, random_inputs, run
 from test_real_models import ENTRIES, MODELS_DIR, assert_group_norms
 
 import normfuse
-from normfuse import targets
+from normfuse.target import targets
 
 STANDARD = {"layer-norm": "LayerNormalization", "rms-norm": "RMSNormalization"}
 

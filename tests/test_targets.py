@@ -15,7 +15,7 @@ from models.builders import (
     norm_model,
     with_batch_norm,
 )
-from normfuse import targets
+from normfuse.target import targets
 
 LAYERS = 2
 

@@ -15,8 +15,8 @@ import onnx_graphsurgeon as gs
 import pytest
 
 import normfuse
-from normfuse.forms import FormChoice, FormChooser
-from normfuse.validate import ValidationOptions
+from normfuse.measure.forms import FormChoice, FormChooser
+from normfuse.prove.validate import ValidationOptions
 
 BERT = Path(__file__).resolve().parents[1] / "models" / "real" / "bert_opset16.onnx"
 DIMS = {"batch": 1, "sequence": 8}
@@ -124,9 +124,9 @@ def test_the_folding_reads_the_imported_graph_as_the_skeleton(source: str) -> No
     """Folding Reshape targets on the one imported graph (`SkeletonGraph`: weights held as no
     constant, earlier rounds' folds held as constants) derives exactly the types that importing
     the skeleton in every round derives."""
-    from normfuse.graph_import import import_graph
-    from normfuse.scopes import unique_names
-    from normfuse.shapes import derive_types
+    from normfuse.facts.shapes import derive_types
+    from normfuse.ir.graph_import import import_graph
+    from normfuse.ir.scopes import unique_names
 
     if source == "large weight":
         model = _large_weight_model()

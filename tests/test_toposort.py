@@ -12,8 +12,8 @@ import onnx
 import pytest
 from helpers import odd_scopes_model
 
-from normfuse import toposort
-from normfuse.graph_import import import_graph
+from normfuse.ir import toposort
+from normfuse.ir.graph_import import import_graph
 
 REAL = sorted((Path(__file__).resolve().parent.parent / "models" / "real").glob("*.onnx"))
 

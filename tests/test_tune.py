@@ -12,8 +12,8 @@ import pytest
 from helpers import ScriptedClock
 
 from models.builders import LayerNormSpec, norm_model
-from normfuse import bench, tune
-from normfuse.cli import main
+from normfuse.cli.main import main
+from normfuse.measure import bench, tune
 
 CONFIGS = [
     tune.SessionConfig("all"),
@@ -82,8 +82,8 @@ def test_tune_cli_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_optimize_tune_for_prints_a_session_hint(tmp_path: Path, monkeypatch, capsys) -> None:
-    import normfuse.cli
-    from normfuse.forms import FormChooser
+    import normfuse.cli.optimize_command
+    from normfuse.measure.forms import FormChooser
 
     monkeypatch.setattr(tune, "candidate_configs", lambda *args: CONFIGS)
     real_tune = tune.tune
@@ -94,7 +94,7 @@ def test_optimize_tune_for_prints_a_session_hint(tmp_path: Path, monkeypatch, ca
             model, bench.BenchOptions(warmup=2, runs=40, threads=1, clock=ScriptedClock(durations))
         )
 
-    monkeypatch.setattr(normfuse.cli, "tune", scripted_tune)
+    monkeypatch.setattr(normfuse.cli.optimize_command, "tune", scripted_tune)
 
     def no_form_timing(*args):
         raise AssertionError("symbolic shapes: no residual site to time")
@@ -145,13 +145,13 @@ def test_optimize_tune_for_default_threads_times_at_the_users_dims(tmp_path: Pat
 
 
 def test_optimize_tune_for_fails_before_writing_the_output(tmp_path: Path, monkeypatch, capsys):
-    import normfuse.cli
+    import normfuse.cli.optimize_command
     from normfuse.errors import NormfuseError
 
     def failing_tune(model, options):
         raise NormfuseError("ONNX Runtime cannot load the model: scripted failure")
 
-    monkeypatch.setattr(normfuse.cli, "tune", failing_tune)
+    monkeypatch.setattr(normfuse.cli.optimize_command, "tune", failing_tune)
     path = tmp_path / "m.onnx"
     onnx.save(norm_model(LayerNormSpec()), path)
     out = tmp_path / "o.onnx"

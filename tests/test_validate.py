@@ -13,11 +13,12 @@ import pytest
 
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
-from normfuse import norm_checks, sessions
-from normfuse.cli import main
-from normfuse.compare import compare_output
-from normfuse.inputs import make_inputs, parse_dims
-from normfuse.validate import ValidationOptions, check_sites
+from normfuse.cli.main import main
+from normfuse.match import norm_checks
+from normfuse.prove import sessions
+from normfuse.prove.compare import compare_output
+from normfuse.prove.inputs import make_inputs, parse_dims
+from normfuse.prove.validate import ValidationOptions, check_sites
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
@@ -89,7 +90,7 @@ def test_failing_site_is_rolled_back_and_the_rest_kept(monkeypatch: pytest.Monke
     ]
     assert [miss.reason for miss in guarded.report.near_misses] == ["output-differs"]
     # Where the guard does not run the model (too large), validation's per-site check does.
-    monkeypatch.setattr(normfuse.guard, "runnable", lambda model, base_dir=None: False)
+    monkeypatch.setattr(normfuse.prove.guard, "runnable", lambda model, base_dir=None: False)
     result = normfuse.optimize(original, validation=ValidationOptions())
     assert [site.output for site in result.report.sites] == [
         s.output for s in honest.report.sites if s.output != target
@@ -209,8 +210,8 @@ def test_unknown_dims_name_is_exit_2_on_one_line(tmp_path: Path, capsys) -> None
 def test_bert_float64_reference_comes_from_onnx_reference() -> None:
     """Erf has no float64 kernel in ONNX Runtime: BERT is evaluated by onnx.reference instead,
     and lands within float32 rounding of the model's own run."""
-    from normfuse.float64_reference import float64_runner
-    from normfuse.validate import _float64_reference
+    from normfuse.prove.float64_reference import float64_runner
+    from normfuse.prove.validate import _float64_reference
 
     model = onnx.load(MODELS_DIR / "real/bert_opset14.onnx")
     feeds, _ = make_inputs(model, {"sequence": 4})
@@ -225,8 +226,8 @@ def test_bert_float64_reference_comes_from_onnx_reference() -> None:
 def test_missing_float64_reference_note_is_whole_words() -> None:
     """An op neither ONNX Runtime (no double kernel) nor onnx.reference (another domain) runs
     in float64: the note names both, without ORT's bracketed prefix."""
-    from normfuse.float64_reference import float64_runner
-    from normfuse.validate import _float64_reference
+    from normfuse.prove.float64_reference import float64_runner
+    from normfuse.prove.validate import _float64_reference
 
     node = onnx.helper.make_node("BiasGelu", ["x", "b"], ["y"], domain="com.microsoft")
     graph = onnx.helper.make_graph(
@@ -348,7 +349,7 @@ def test_validates_on_cuda() -> None:
 
 
 def test_float32_output_of_a_float16_model_gets_float16_tolerance() -> None:
-    from normfuse.validate import narrowest_float_type
+    from normfuse.prove.validate import narrowest_float_type
 
     model = onnx.load(MODELS_DIR / "real/gemma_opset17_torchscript_float16.onnx")
     assert narrowest_float_type(model) == "float16"
@@ -361,7 +362,7 @@ def test_float32_output_of_a_float16_model_gets_float16_tolerance() -> None:
 def test_table_names_a_site_that_could_not_be_run_alone() -> None:
     """A site whose check never ran (no comparison) is listed with the reason it could not run,
     not a crash while printing (the CLI prints this table after --validate)."""
-    from normfuse.validate import SiteCheck, ValidationReport
+    from normfuse.prove.validate import SiteCheck, ValidationReport
 
     site = SiteCheck("y", "layer-norm", "cpu", None, note="the site could not be run alone: X")
     report = ValidationReport([], [site], rolled_back=["y"])
@@ -386,7 +387,7 @@ def test_validate_table_shows_the_tolerance_and_each_models_float64_error(
     report = normfuse.validate(original, result.model)
     disable = next(run for run in report.runs if run.level == "disable").outputs[0]
     feeds, _ = make_inputs(original, {}, 0)
-    wide = normfuse.subgraph.as_float64(original)
+    wide = normfuse.prove.subgraph.as_float64(original)
     wide_feeds = {name: value.astype(np.float64) for name, value in feeds.items()}
     reference = ort.InferenceSession(wide.SerializeToString()).run(None, wide_feeds)[0]
     expected = ort.InferenceSession(original.SerializeToString()).run(None, feeds)[0]
@@ -400,7 +401,7 @@ def test_validate_table_shows_the_tolerance_and_each_models_float64_error(
 
 
 def comparison(name: str, original_error: float | None, candidate_error: float | None):
-    from normfuse.compare import OutputComparison
+    from normfuse.prove.compare import OutputComparison
 
     return OutputComparison(
         name, "float16", 1e-3, 1e-2, 1e-4, 1e-2, 1e-2, True, "", original_error, candidate_error
@@ -408,7 +409,7 @@ def comparison(name: str, original_error: float | None, candidate_error: float |
 
 
 def test_table_says_when_the_candidate_is_further_from_float64() -> None:
-    from normfuse.validate import RunComparison, ValidationReport
+    from normfuse.prove.validate import RunComparison, ValidationReport
 
     outputs = (
         comparison("further", 1.57e-3, 2.29e-3),
@@ -428,7 +429,7 @@ def test_table_says_when_the_candidate_is_further_from_float64() -> None:
 
 
 def test_table_without_a_worse_candidate_has_no_such_note() -> None:
-    from normfuse.validate import RunComparison, ValidationReport
+    from normfuse.prove.validate import RunComparison, ValidationReport
 
     outputs = (comparison("y", 2.0e-3, 2.0e-3),)
     table = ValidationReport([RunComparison("cpu", "all", outputs)]).table()
@@ -469,7 +470,7 @@ def test_a_group_normalization_in_a_function_is_checked_alone() -> None:
     """ADV6-05: a GroupNormalization-21 node in a model-local function is typed in the body as
     in a graph (its output as its input), so --validate runs the rewritten site alone against
     the node, and keeps it."""
-    from models.adversarial_6 import CASES as SIXTH
+    from corpora.adversarial_6 import CASES as SIXTH
 
     case = next(case for case in SIXTH if case.name == "a6_gn21_in_function")
     model = case.build()
@@ -481,7 +482,7 @@ def _float16_moved_norm(tail: str) -> onnx.ModelProto:
     Expand(., Shape(z)) (adversary 7's `a7_expand_runtime_out`: z read for its shape only);
     `expand_values` Expand(., s) with s an int64 graph input; `gather_values` Gather(., i, axis
     1) with i an int64 graph input (both read for their values)."""
-    from models.adversarial_6 import F16, _f16_case, _n16
+    from corpora.adversarial_6 import F16, _f16_case, _n16
 
     def body(g) -> None:
         normed = _n16(g, "x", "ln", (1, 6, 16))
@@ -537,7 +538,7 @@ def test_shape_only_sources_never_stand_in_for_the_output() -> None:
     its own zero input would pass unchecked: the a3_fn_nested_if cases)."""
     from onnx import helper
 
-    from normfuse.subgraph import shape_only_sources
+    from normfuse.prove.subgraph import shape_only_sources
 
     graph = helper.make_graph(
         [

@@ -1,5 +1,5 @@
 """`python -m normfuse` runs the command line."""
 
-from normfuse.cli import program
+from normfuse.cli.main import program
 
 raise SystemExit(program())

@@ -34,8 +34,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from normfuse import bench
-from normfuse.cli import main
+from normfuse.cli.main import main
+from normfuse.measure import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 

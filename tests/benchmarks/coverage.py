@@ -31,7 +31,7 @@ import onnx
 from ort_optimizer import model_type, ort_transformers_optimize
 
 import normfuse
-from normfuse.bench import NORM_OPS
+from normfuse.measure.bench import NORM_OPS
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"

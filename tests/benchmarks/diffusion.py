@@ -16,7 +16,7 @@ Pipelines: the original; normfuse (`normfuse.optimize`); ONNX Runtime's transfor
 pipeline: the group norms fused (normfuse's group-norm sites; the com.microsoft GroupNorm /
 SkipGroupNorm nodes the optimizer wrote), normfuse's group-norm near-miss reasons, the largest
 absolute output difference from the original at ORT_DISABLE_ALL, and the ratio of medians to the
-original (`normfuse.bench`: ORT CPU, one intra-op thread, level all, a 95% bootstrap interval).
+original (`measure.bench`: ORT CPU, one intra-op thread, level all, a 95% bootstrap interval).
 A pipeline whose output does not load or run on CPU is reported with its error and not timed.
 
 Run on demand (not a test; needs the `models` and `benchmarks` extras), from the repository root:
@@ -41,8 +41,9 @@ import torch
 from ort_optimizer import ort_transformers_optimize
 
 import normfuse
-from normfuse import bench, sessions
-from normfuse.inputs import make_inputs
+from normfuse.measure import bench
+from normfuse.prove import sessions
+from normfuse.prove.inputs import make_inputs
 
 EXPORTERS = (("torchscript", 17), ("dynamo", 21))
 ORIGINAL, NF, OPT, OPT_NF = "original", "normfuse", "optimizer", "optimizer>normfuse"

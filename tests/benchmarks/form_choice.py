@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 import normfuse  # noqa: E402
 from models.builders import RmsNormSpec, norm_model  # noqa: E402
-from normfuse import bench  # noqa: E402
-from normfuse.forms import FormChooser  # noqa: E402
+from normfuse.measure import bench  # noqa: E402
+from normfuse.measure.forms import FormChooser  # noqa: E402
 
 
 def main() -> int:

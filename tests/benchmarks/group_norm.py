@@ -13,7 +13,7 @@ One group norm (32 groups, per-channel scale and bias) of x [1, C, *S] float32, 
 for it.
 Each form's error against float64 on groups with a large mean and on constant groups is printed
 first. Timed side by side in interleaved
-rounds (`normfuse.bench`), ORT levels disable and all, one
+rounds (`normfuse.measure.bench`), ORT levels disable and all, one
 intra-op thread by default. The first model of each group is the baseline of the ratios.
 
 Run on demand (not part of the test suite):
@@ -32,7 +32,7 @@ from onnx import helper, numpy_helper
 
 import normfuse
 from models.builders import GraphBuilder, GroupNormSpec, add_group_norm
-from normfuse import bench
+from normfuse.measure import bench
 
 GROUPS = 32
 # issue 26's shapes (batch one): three NCHW, one [N, C, L], one [N, C, D, H, W].

@@ -1,4 +1,4 @@
-"""The import graph of normfuse's own modules (src/normfuse/*.py and passes/*.py), read from the
+"""The import graph of normfuse's own modules (src/normfuse/**/*.py and passes/*.py), read from the
 source: each module's normfuse imports, those under `if TYPE_CHECKING:` listed apart, and every
 cycle of the runtime graph (the one Python executes) and of the graph with typing imports too.
 
@@ -16,11 +16,14 @@ PACKAGES = {"normfuse": ROOT / "src" / "normfuse", "normfuse.passes": ROOT / "pa
 
 
 def modules() -> dict[str, Path]:
-    """Every module by its dotted name."""
+    """Every module by its dotted name (the layer folders' modules included)."""
     found = {}
     for package, folder in PACKAGES.items():
-        for path in sorted(folder.glob("*.py")):
-            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        for path in sorted(folder.rglob("*.py")):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
     return found
 
 

@@ -7,7 +7,7 @@ RMSNormalization, Skip*), whether the output loads and runs at ORT levels disabl
 decode step and a prefill (the error is printed, never dropped), the largest absolute difference
 from the original at level disable over both steps, and the batch-one decode-step latency
 (sequence 1, past 32) at ORT's default level (all), one intra-op thread: every runnable output
-timed side by side in interleaved rounds (normfuse.bench), median over the original's median with
+timed side by side in interleaved rounds (measure.bench), median over the original's median with
 a 95% interval over session sets, and the optimizer-then-normfuse median over the optimizer's. No
 assertion rests on a time. Not a test; run on demand from the repository root with the
 `benchmarks` extra:
@@ -33,8 +33,9 @@ import onnxruntime as ort
 from ort_optimizer import model_type, ort_transformers_optimize
 
 import normfuse
-from normfuse import bench, sessions
-from normfuse.placement import graphs_by_scope
+from normfuse.ir.placement import graphs_by_scope
+from normfuse.measure import bench
+from normfuse.prove import sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

@@ -26,7 +26,8 @@ from helpers import random_inputs, run  # noqa: E402
 
 import normfuse  # noqa: E402
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model  # noqa: E402
-from normfuse import bench, sessions  # noqa: E402
+from normfuse.measure import bench  # noqa: E402
+from normfuse.prove import sessions  # noqa: E402
 
 DEFAULT = [
     "bert_opset14.onnx",

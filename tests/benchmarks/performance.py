@@ -7,7 +7,7 @@ Run on demand (not part of the test suite), from the repository root:
     python tests/benchmarks/performance.py [--runs 200] [--threads 1] [--markdown FILE]
 
 Each cell is the ratio of medians to the original at the same ORT level with its 95% bootstrap
-interval (interleaved rounds, see `normfuse.bench`); "ops" lists the normalisation ops in the graph
+interval (interleaved rounds, see `measure.bench`); "ops" lists the normalisation ops in the graph
 ORT's session optimiser produced, i.e. what ran. `normfuse s` is normfuse's own wall time
 (optimize + save).
 """
@@ -29,7 +29,7 @@ import onnxruntime as ort
 from ort_optimizer import ort_transformers_optimize
 
 import normfuse
-from normfuse import bench
+from normfuse.measure import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "models" / "manifest.json"

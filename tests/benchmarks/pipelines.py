@@ -6,7 +6,7 @@ Pipelines: the original; the optimizer alone; normfuse alone; normfuse then the 
 optimizer then normfuse; onnxslim alone (the baseline for the next); onnxslim then normfuse.
 For each it prints the ratio of medians to the original at the same ORT level with a 95%
 interval over session sets (fresh sessions in several session sets, interleaved rotated rounds, see
-`normfuse.bench`), the normalisation ops ORT
+`measure.bench`), the normalisation ops ORT
 actually ran, the optimizer's own fusion statistics (`get_fused_operator_statistics`: attention,
 Skip*LayerNormalization, GELU) in each order, how many sites normfuse fused in each order, and
 the largest output difference from the original (ORT level disable). "best / optimizer" is the
@@ -41,8 +41,9 @@ import onnxruntime as ort
 from ort_optimizer import ort_transformers_optimize
 
 import normfuse
-from normfuse import bench, sessions
-from normfuse.inputs import graph_inputs, make_inputs
+from normfuse.measure import bench
+from normfuse.prove import sessions
+from normfuse.prove.inputs import graph_inputs, make_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "models" / "manifest.json"
@@ -58,7 +59,7 @@ ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF = (
 )
 PIPELINES = (ORIGINAL, OPT, NF, NF_OPT, OPT_NF, SLIM, SLIM_NF)
 # The original again, in sessions of its own: an A/A control. Before session sets
-# (normfuse.bench), byte-identical models timed side by side here differed by up to ~15%, the one
+# (measure.bench), byte-identical models timed side by side here differed by up to ~15%, the one
 # created first the slowest; each row shows its own.
 CONTROL = "original again (A/A)"
 FUSED_GROUPS = {
@@ -330,7 +331,7 @@ def parse_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     parser.add_argument("--runs", type=int, help="timed rounds (default 200, quick 60)")
     parser.add_argument("--warmup", type=int, help="warm-up rounds per session set")
-    parser.add_argument("--sessions", type=int, help="session sets (see normfuse.bench)")
+    parser.add_argument("--sessions", type=int, help="session sets (see normfuse.measure.bench)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from normfuse import bench, tune
+from normfuse.measure import bench, tune
 
 BLOCKS, SHAPE = 48, (1, 128, 768)
 

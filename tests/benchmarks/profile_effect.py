@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import onnx  # noqa: E402
+from corpora import adversarial, adversarial_4, adversarial_6, adversarial_8  # noqa: E402
 
 import normfuse  # noqa: E402
-from models import adversarial, adversarial_4, adversarial_6, adversarial_8  # noqa: E402
-from normfuse.profiles import PROFILES  # noqa: E402
+from normfuse.prove.profiles import PROFILES  # noqa: E402
 
 PROFILE_IN_DETAIL = re.compile(r"on the ([a-z0-9-]+) inputs")
 

@@ -39,7 +39,7 @@ import pipelines
 import torch
 import transformers
 
-from normfuse import bench
+from normfuse.measure import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

@@ -20,7 +20,7 @@ SHAPE = (1, 128, 768)
 
 def chain(depth: int, shape=SHAPE):
     """The chain model: `depth` TorchScript-style layer norms, each followed by a residual Add."""
-    from models.adversarial_build import F, G, ln, model
+    from corpora.adversarial_build import F, G, ln, model
 
     g = G(seed=0)
     h = "x"

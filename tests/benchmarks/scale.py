@@ -112,7 +112,7 @@ def build(layers: int, folder: Path) -> Path:
 _CHILD = {
     "load": ("import onnx", "onnx.load(sys.argv[1], load_external_data=False)"),
     "normfuse": (
-        "import normfuse",
+        "import normfuse, normfuse.driver.optimize",  # the API's modules (loaded on first use)
         "r = normfuse.optimize(sys.argv[1]); "
         "normfuse.save(r, sys.argv[1].replace('model.onnx', 'fused.onnx')); "
         "assert len(r.report.sites) == int(sys.argv[2]), len(r.report.sites)",

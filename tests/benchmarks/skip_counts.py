@@ -20,13 +20,14 @@ from pathlib import Path
 
 import onnx
 from coverage import numerics_ok
+from normfuse.passes import DEFAULT_PASS_NAMES
 from ort_optimizer import ort_transformers_optimize
 
 import normfuse
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_OPS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
-PASSES = [*normfuse.DEFAULT_PASS_NAMES, "skip-norm"]
+PASSES = [*DEFAULT_PASS_NAMES, "skip-norm"]
 
 
 def skip_nodes(model: onnx.ModelProto) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 
 import normfuse
-from normfuse import targets
+from normfuse.target import targets
 
 ROOT = Path(__file__).resolve().parents[2]
 

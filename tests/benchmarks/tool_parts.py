@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import normfuse
 from models import builders
-from normfuse import inputs, rewrite, sessions
-from normfuse.skeleton import skeleton
+from normfuse.io.skeleton import skeleton
+from normfuse.prove import inputs, sessions
+from normfuse.rewrite import rounds as rewrite
 
 NODES_PER_LAYER = 11  # as in tool_cost.py
 

@@ -22,7 +22,7 @@ LAYER = ("tests/test_layer_norm.py",)
 RMS = ("tests/test_rms_norm.py",)
 GROUP = ("tests/test_group_norm.py",)
 SKIP = ("tests/test_skip_norm.py",)
-CHECKS = "src/normfuse/norm_checks.py"
+CHECKS = "src/normfuse/match/norm_checks.py"
 
 MUTANTS = (
     Mutant(
@@ -36,8 +36,8 @@ MUTANTS = (
     Mutant(
         "eps-x10-rms-norm",
         "passes/rms_norm.py",
-        "return checks.fused_site(KIND, match, context, io, axes[0], eps, (scale,))",
-        "return checks.fused_site(KIND, match, context, io, axes[0], eps * 10, (scale,))",
+        "return fused_sites.fused_site(KIND, match, context, io, axes[0], eps, (scale,))",
+        "return fused_sites.fused_site(KIND, match, context, io, axes[0], eps * 10, (scale,))",
         RMS,
         "the fused RMS norm carries epsilon x10",
     ),
@@ -76,7 +76,7 @@ MUTANTS = (
     ),
     Mutant(
         "axis-off-by-one",
-        CHECKS,
+        "src/normfuse/match/fused_sites.py",
         '{"axis": axis, "epsilon": eps, "stash_type": stash_type}',
         '{"axis": axis - 1 if axis < 0 else axis, "epsilon": eps, "stash_type": stash_type}',
         LAYER,
@@ -116,7 +116,7 @@ MUTANTS = (
     ),
     Mutant(
         "overridable-initializer-read-as-constant",
-        "src/normfuse/graph_import.py",
+        "src/normfuse/ir/graph_import.py",
         "if tensor.name in overridable_names and isinstance(tensor, gs.Constant):",
         "if False and isinstance(tensor, gs.Constant):",
         ("tests/test_soundness.py",),
@@ -124,7 +124,7 @@ MUTANTS = (
     ),
     Mutant(
         "output-cast-dropped",
-        "src/normfuse/rewrite.py",
+        "src/normfuse/rewrite/emit.py",
         "    if fused.output_cast is not None:\n",
         "    if False:\n",
         LAYER,
@@ -173,7 +173,7 @@ MUTANTS = (
     ),
     Mutant(
         "shape-slice-window-off-by-one",
-        "src/normfuse/static_values.py",
+        "src/normfuse/facts/static_values.py",
         "    return entries[start:end]\n",
         "    return entries[start : end + 1]\n",
         GROUP,
@@ -181,7 +181,7 @@ MUTANTS = (
     ),
     Mutant(
         "copied-target-ignores-allowzero",
-        "src/normfuse/shapes.py",
+        "src/normfuse/facts/shapes.py",
         '        or reader.attrs.get("allowzero", 0)\n',
         "",
         ("tests/test_recent_norms.py",),
@@ -189,7 +189,7 @@ MUTANTS = (
     ),
     Mutant(
         "shape-only-source-any-reader",
-        "src/normfuse/subgraph.py",
+        "src/normfuse/prove/subgraph.py",
         'shape_only = all(readers.get(name) and readers[name] <= {"Shape", "Size"} for name in '
         "sources)",
         "shape_only = True",
@@ -198,7 +198,7 @@ MUTANTS = (
     ),
     Mutant(
         "integer-mod-takes-the-dividends-sign",
-        "src/normfuse/folding.py",
+        "src/normfuse/facts/folding.py",
         "    if not fmod:\n        return a % b\n",
         "    if False:\n        return a % b\n",
         ("tests/test_folder_differential.py",),
@@ -206,7 +206,7 @@ MUTANTS = (
     ),
     Mutant(
         "float-to-int-cast-rounds",
-        "src/normfuse/folding.py",
+        "src/normfuse/facts/folding.py",
         "truncated = np.trunc(value.astype(np.float64))",
         "truncated = np.round(value.astype(np.float64))",
         ("tests/test_folder_differential.py",),
@@ -214,7 +214,7 @@ MUTANTS = (
     ),
     Mutant(
         "every-pass-disabled",
-        "src/normfuse/rewrite.py",
+        "src/normfuse/rewrite/rounds.py",
         "        for pass_index, fusion_pass in enumerate(passes):\n",
         "        for pass_index, fusion_pass in enumerate(()):\n",
         ("tests/test_adversarial.py",),

@@ -160,7 +160,7 @@ def _call(run: Run) -> tuple[int, str, bool]:
 
 
 def _in_process(run: Run) -> tuple[int, str, bool]:
-    from normfuse.cli import main
+    from normfuse.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     previous = os.umask(run.umask) if run.umask is not None else None
