@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
 from normfuse.cli.main import main
+from normfuse.io.columns import display_names
 from normfuse.measure import bench
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -22,12 +24,13 @@ QUICK = bench.BenchOptions(warmup=2, runs=10, threads=1)
 
 def test_ratio_interval_brackets_the_ratio_and_detects_a_real_difference() -> None:
     rng = np.random.default_rng(0)
+    blocks = np.repeat(np.arange(10), 20)
     base = rng.normal(1.0, 0.05, 200)
     same = base * rng.normal(1.0, 0.01, 200)
     slower = base * 1.2
-    ratio, (low, high) = bench.ratio_with_interval(base, same)
+    ratio, (low, high) = bench.ratio_with_interval(base, same, blocks)
     assert low <= ratio <= high and low < 1.0 < high
-    ratio, (low, high) = bench.ratio_with_interval(base, slower)
+    ratio, (low, high) = bench.ratio_with_interval(base, slower, blocks)
     assert ratio == pytest.approx(1.2) and low > 1.1
 
 
@@ -140,7 +143,7 @@ def test_optimize_bench_times_original_and_result(tmp_path: Path, capsys) -> Non
     ]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "original" in printed and "normfuse" in printed and "LayerNormalization 5" in printed
+    assert "original" in printed and "normfuse" in printed and "LN 5" in printed
 
 
 def test_cuda_runner_binds_inputs_and_outputs_on_the_device(monkeypatch) -> None:
@@ -179,8 +182,10 @@ def test_cuda_runner_binds_inputs_and_outputs_on_the_device(monkeypatch) -> None
 
 
 def scripted_timing(name: str, seconds: float, runs: int, ratio: float = 1.0) -> bench.Timing:
-    samples = np.full(runs, seconds)
-    return bench.Timing(name, "cpu", "all", samples, 0.05, {}, ratio, (ratio - 0.01, ratio + 0.01))
+    """A timing of `runs` rounds in two session sets."""
+    samples, sets = np.full(runs, seconds), np.arange(runs) % 2
+    interval = (ratio - 0.01, ratio + 0.01)
+    return bench.Timing(name, "cpu", "all", samples, 0.05, {}, ratio, interval, blocks=sets)
 
 
 def test_table_keeps_names_distinct_and_times_in_units() -> None:
@@ -189,7 +194,17 @@ def test_table_keeps_names_distinct_and_times_in_units() -> None:
         scripted_timing("models/real/llama_opset17_torchscript_float16.onnx", 2e-4, 50),
         scripted_timing("models/real/llama_opset17_torchscript_float32.onnx", 28.68e-3, 50, 0.9),
     ]
-    table = bench.BenchReport(timings, "1").table()
+    narrow = bench.BenchReport(timings, "1").table().splitlines()
+    assert narrow[1:4] == [
+        "models in models/real",
+        "  #1  llama_opset17_torchscript_float16.onnx",
+        "  #2  llama_opset17_torchscript_float32.onnx",
+    ]
+    assert [row.split()[:3] for row in narrow[5:7]] == [
+        ["#1", "all", "200.0"],
+        ["#2", "all", "28.68"],
+    ]
+    table = bench.BenchReport(timings, "1").table(wide=True)
     assert "models in models/real" in table
     assert "llama_opset17_torchscript_float16.onnx" in table
     assert "llama_opset17_torchscript_float32.onnx" in table
@@ -221,10 +236,13 @@ def test_table_labels_every_ratio_but_the_reference() -> None:
     timings = [scripted_timing("a.onnx", 1e-3, 20), scripted_timing("b.onnx", 1e-3, 20, 0.96)]
     timings[0].reference = True
     timings[1].ratio_interval = (0.935, 0.991)
-    rows = bench.BenchReport(timings, "1").table().splitlines()
+    rows = bench.BenchReport(timings, "1").table(wide=True).splitlines()
     assert rows[2].split()[-4:] == ["1.000", "[0.990,", "1.010]", "none"]  # no word
     assert "0.960 [0.935, 0.991] inconclusive (more runs)" in rows[3]
-    assert "inconclusive: it crosses 0.99 or 1.01 (time more runs)" in rows[4]
+    assert "inconclusive: it crosses 0.99 or 1.01, or fewer than 2 session sets" in rows[5]
+    narrow = bench.BenchReport(timings, "1").table().splitlines()
+    assert narrow[2].split()[-4:] == ["1.000", "[0.990,", "1.010]", "none"]
+    assert narrow[3].endswith("0.960 [0.935, 0.991] inconclusive  none")
 
 
 def test_plot_labels_rows_with_the_table_words(tmp_path: Path, monkeypatch) -> None:
@@ -255,10 +273,10 @@ def test_plot_labels_rows_with_the_table_words(tmp_path: Path, monkeypatch) -> N
 
 
 def test_same_model_twice_is_numbered_and_names_repeat_per_level() -> None:
-    names, folder = bench.display_names(["a/m.onnx", "a/m.onnx"])
+    names, folder = display_names(["a/m.onnx", "a/m.onnx"])
     assert names == ["m.onnx", "m.onnx (2)"] and folder == "a"
-    assert bench.display_names(["original", "normfuse"]) == (["original", "normfuse"], "")
-    assert bench.display_names(["x/m.onnx", "y/m.onnx"])[0] == ["x/m.onnx", "y/m.onnx"]
+    assert display_names(["original", "normfuse"]) == (["original", "normfuse"], "")
+    assert display_names(["x/m.onnx", "y/m.onnx"])[0] == ["x/m.onnx", "y/m.onnx"]
 
 
 def test_p99_is_kept_with_enough_runs() -> None:
@@ -319,14 +337,21 @@ def test_schedule_splits_runs_over_sets_and_reverses_each_creation_order() -> No
 
 
 class CreationOrderMachine:
-    """Fake sessions and clock: every model costs 1.0 per run, but a session created earlier in
-    its set runs slower (the first `bias` slower than the last), as measured on this machine;
-    `set_spread` adds a random speed per session, `jitter` per run."""
+    """Fake sessions and clock: every model costs 1.0 per run (or its entry of `costs`), but a
+    session created earlier in its set runs slower (the first `bias` slower than the last), as
+    measured on this machine; `set_spread` adds a random speed per session, `jitter` per run."""
 
     def __init__(
-        self, count: int, bias: float, set_spread: float = 0.0, jitter: float = 0.01, seed: int = 0
+        self,
+        count: int,
+        bias: float,
+        set_spread: float = 0.0,
+        jitter: float = 0.01,
+        seed: int = 0,
+        costs: tuple[float, ...] | None = None,
     ) -> None:
         self.count, self.bias, self.set_spread, self.jitter = count, bias, set_spread, jitter
+        self.costs = costs or (1.0,) * count
         self.rng = np.random.default_rng(seed)
         self.now, self.made, self.ran = 0.0, 0, []
 
@@ -336,7 +361,7 @@ class CreationOrderMachine:
     def make_runner(self, index: int):
         position = self.made % self.count
         self.made += 1
-        speed = 1 + self.bias * (self.count - 1 - position) / (self.count - 1)
+        speed = self.costs[index] * (1 + self.bias * (self.count - 1 - position) / (self.count - 1))
         speed *= 1 + self.set_spread * self.rng.standard_normal()
 
         def run() -> None:
@@ -350,7 +375,7 @@ def a_a_ratio(sets: int, bias: float, set_spread: float = 0.0) -> tuple[float, t
     machine = CreationOrderMachine(4, bias, set_spread)
     plan = bench.schedule(count=4, runs=240, warmup=2, sets=sets)
     measured = bench.time_sets(plan, machine.make_runner, machine.clock)
-    return bench.ratio_with_interval(measured.samples[0], measured.samples[3], 0, measured.blocks)
+    return bench.ratio_with_interval(measured.samples[0], measured.samples[3], measured.blocks)
 
 
 def test_a_session_creation_order_bias_cancels_over_session_sets() -> None:
@@ -371,8 +396,8 @@ def test_interval_covers_between_session_differences() -> None:
         plan = bench.schedule(count=2, runs=60, warmup=1, sets=6, seed=seed)
         measured = bench.time_sets(plan, machine.make_runner, machine.clock)
         base, other = measured.samples
-        _, (low, high) = bench.ratio_with_interval(base, other, 0, measured.blocks)
-        _, (round_low, round_high) = bench.ratio_with_interval(base, other, 0)
+        _, (low, high) = bench.ratio_with_interval(base, other, measured.blocks)
+        _, (round_low, round_high) = bench.ratio_with_interval(base, other)
         covered["sets"] += low <= 1.0 <= high
         covered["rounds"] += round_low <= 1.0 <= round_high
         assert high - low > round_high - round_low
@@ -390,21 +415,97 @@ def test_rounds_rotate_so_each_model_takes_each_position_equally_often() -> None
     assert measured.created.shape == (3, 2)
 
 
-def test_bootstrap_picks_draw_whole_sets_then_rounds_within_them() -> None:
-    blocks = np.array([0, 0, 0, 1, 1, 2, 2, 2])
-    sizes = np.bincount(blocks)
-    picks = bench.bootstrap_picks(blocks, seed=0)
-    assert picks.shape == (bench.BOOTSTRAP_RESAMPLES, 3 * 3)  # 3 sets drawn, padded to 3 each
-    drawn_sets = set()
-    for row in picks[:200]:
-        for segment in row.reshape(3, 3):
-            drawn = segment[segment >= 0]
-            assert len(set(blocks[drawn])) == 1  # one set per draw
-            assert drawn.size == sizes[blocks[drawn[0]]]  # as many rounds as that set has
-            drawn_sets.add(int(blocks[drawn[0]]))
-    assert drawn_sets == {0, 1, 2}
-    one_set = bench.bootstrap_picks(np.zeros(5, int))
-    assert one_set.shape == (bench.BOOTSTRAP_RESAMPLES, 5) and one_set.min() >= 0
+def test_t_quantile_matches_the_printed_tables() -> None:
+    printed = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 30: 2.042, 1000: 1.962}
+    for df, value in printed.items():
+        assert bench.t_quantile(0.975, df) == pytest.approx(value, abs=1e-3)
+
+
+def test_halves_keep_each_set_with_the_one_that_reverses_its_creation_order() -> None:
+    assert list(bench.half_of_each(10)) == [0, 0, 1, 1, 0, 0, 1, 1, 0, 0]
+    assert list(bench.half_of_each(3)) == [0, 1, 0]
+    assert list(bench.half_of_each(2)) == [0, 1]
+
+
+def sets_with_ratios(ratios: list[float], rounds: int = 20) -> tuple[np.ndarray, ...]:
+    """A base timed 1.0 every round and another timed `ratios[s]` in session set s, with a
+    small, fixed round-to-round ripple: (base, other, blocks)."""
+    ripple = 1 + 0.001 * np.sin(np.arange(rounds))
+    base = np.tile(ripple, len(ratios))
+    other = np.concatenate([ratio * ripple for ratio in ratios])
+    return base, other, np.repeat(np.arange(len(ratios)), rounds)
+
+
+def test_interval_is_students_t_over_the_session_sets_own_ratios() -> None:
+    """Ten sets at 0.96 to 1.04: the interval is the t prediction interval of their log ratios
+    (a repeat's standard error counted too: √2) around the median ratio, and contains 1 (an A/A
+    with 3% session-to-session spread)."""
+    ratios = [1.04, 0.97, 1.01, 0.96, 1.03, 0.98, 1.00, 1.02, 0.99, 1.00]
+    base, other, blocks = sets_with_ratios(ratios)
+    ratio, (low, high) = bench.ratio_with_interval(base, other, blocks)
+    spread = 2.262 * np.std(np.log(ratios), ddof=1) * np.sqrt(2 / 10)
+    assert ratio == pytest.approx(np.median(other) / np.median(base))
+    assert (low, high) == pytest.approx((ratio * np.exp(-spread), ratio * np.exp(spread)), rel=1e-3)
+    assert low < 0.99 and high > 1.01
+    word = bench.Timing("b", "cpu", "all", other, 0.0, {}, ratio, (low, high), blocks=blocks)
+    assert word.verdict() == bench.INCONCLUSIVE
+
+
+def test_a_ratio_one_half_of_the_sets_does_not_reproduce_is_not_called_faster() -> None:
+    """Pairs of sets alternate between halves; one half reads 0.95, the other 0.995. The t-interval
+    alone lies below 0.99; widened to hold each half's ratio, it reaches 0.995: inconclusive."""
+    halves = bench.half_of_each(10)
+    ratios = [0.95 if half == 0 else 0.995 for half in halves]
+    base, other, blocks = sets_with_ratios(ratios)
+    ratio, (low, high) = bench.ratio_with_interval(base, other, blocks)
+    logs = np.log(ratios)
+    t_high = ratio * np.exp(2.262 * np.std(logs, ddof=1) * np.sqrt(2 / 10))
+    assert t_high < 0.99 and high == pytest.approx(0.995, abs=2e-3)
+    assert bench.verdict((low, high)) == bench.INCONCLUSIVE
+    reproduced = sets_with_ratios([0.95, 0.96] * 5)
+    _, interval = bench.ratio_with_interval(*reproduced)
+    assert bench.verdict(interval) == bench.FASTER
+
+
+def test_one_session_set_supports_no_verdict() -> None:
+    """One set measures no session-to-session variation: its interval covers rounds only, so
+    even a clear 0.5x reads inconclusive; two sets can say faster."""
+    samples = np.full(20, 1e-3)
+    one = bench.Timing("b", "cpu", "all", samples, 0.0, {}, 0.5, (0.45, 0.55), blocks=np.zeros(20))
+    assert one.verdict() == bench.INCONCLUSIVE
+    one.blocks = np.arange(20) % 2
+    assert one.verdict() == bench.FASTER
+
+
+def repeated_benches(costs: tuple[float, float], seeds: int = 40) -> tuple[Counter, Counter]:
+    """The verdicts of `seeds` simulated default benches (200 rounds, 10 sets) of two models
+    costing `costs` per run, on a machine whose sessions each get their own speed (5% spread)
+    and where the session created first in a set runs 3% slower: with the interval over sets,
+    and with one over rounds (the same samples as if from one set)."""
+    over_sets: Counter = Counter()
+    over_rounds: Counter = Counter()
+    for seed in range(seeds):
+        machine = CreationOrderMachine(2, bias=0.03, set_spread=0.05, seed=seed, costs=costs)
+        plan = bench.schedule(2, bench.RUNS, 1, bench.SESSION_SETS, seed)
+        measured = bench.time_sets(plan, machine.make_runner, machine.clock)
+        _, interval = bench.ratio_with_interval(*measured.samples, measured.blocks)
+        over_sets[bench.verdict(interval)] += 1
+        over_rounds[bench.verdict(bench.ratio_with_interval(*measured.samples)[1])] += 1
+    return over_sets, over_rounds
+
+
+def test_identical_models_are_never_called_faster_or_slower_across_repeated_benches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user's report: four identical benches read 0.95 to 1.055, one of them 'slower'. Here
+    40 simulated A/A benches with 5% session-to-session spread: no faster or slower; the same
+    samples with an interval over rounds (the spread between sessions left out) say one of
+    them 10 times in 40. A real 15% difference is said every time."""
+    monkeypatch.setattr(bench.gc, "collect", lambda: 0)  # fake sessions leave nothing to free
+    over_sets, over_rounds = repeated_benches((1.0, 1.0))
+    assert over_sets[bench.FASTER] + over_sets[bench.SLOWER] == 0, over_sets
+    assert over_rounds[bench.FASTER] + over_rounds[bench.SLOWER] >= 10, over_rounds
+    assert repeated_benches((1.0, 0.85))[0] == Counter({bench.FASTER: 40})
 
 
 def test_time_budget_stops_after_the_set_that_would_overrun() -> None:

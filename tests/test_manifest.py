@@ -105,7 +105,7 @@ def test_validate_pairs_an_entry_with_its_candidate_and_inputs(tmp_path: Path, c
     argv = ["validate", "--manifest", str(write_json(manifest, bad)), "--report", str(report)]
     assert main(argv) == 2
     captured = capsys.readouterr()
-    assert "check --dims sequence=0" in captured.out  # the pair's error, in the table
+    assert "check --dims sequence=0" in " ".join(captured.out.split())  # the error, wrapped
     assert captured.err.splitlines() == [
         "normfuse: error: 1 of 2 pairs stopped with an error; nothing written (a batch is "
         "written whole or not at all)"

@@ -176,7 +176,7 @@ def test_validation_fails_a_repair_the_guard_did_not_see_when_repairs_are_refuse
     assert "repair: " in allowed.report.validation.table()
     refused = normfuse.optimize(source, validation=ValidationOptions(), refuse_repairs=True)
     assert not refused.report.validation.passed
-    assert "repairs are refused (--refuse-repairs)" in refused.report.validation.table()
+    assert "repairs are refused (--refuse-repairs)" in refused.report.validation.table(wide=True)
 
 
 def test_an_existing_data_file_the_output_does_not_own_is_never_replaced(

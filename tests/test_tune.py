@@ -161,7 +161,7 @@ def test_optimize_tune_for_fails_before_writing_the_output(tmp_path: Path, monke
 
 
 def test_tune_table_names_each_row_by_its_own_configuration(monkeypatch) -> None:
-    text = run_tune(monkeypatch, [1.0, 1.0, 1.1, 0.6]).text("model.onnx")
+    text = run_tune(monkeypatch, [1.0, 1.0, 1.1, 0.6]).text("model.onnx", wide=True)
     rows = {line.split("  ")[0].strip(): line for line in text.splitlines()[1:6]}
     assert rows["all"].split()[2] == "all"
     assert rows["extended"].split()[2] == "extended"

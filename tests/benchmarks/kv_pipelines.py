@@ -8,7 +8,7 @@ decode step and a prefill (the error is printed, never dropped), the largest abs
 from the original at level disable over both steps, and the batch-one decode-step latency
 (sequence 1, past 32) at ORT's default level (all), one intra-op thread: every runnable output
 timed side by side in interleaved rounds (measure.bench), median over the original's median with
-a 95% bootstrap interval, and the optimizer-then-normfuse median over the optimizer's. No
+a 95% interval over session sets, and the optimizer-then-normfuse median over the optimizer's. No
 assertion rests on a time. Not a test; run on demand from the repository root with the
 `benchmarks` extra:
 
@@ -150,7 +150,7 @@ def measure(entry: dict, options: bench.BenchOptions, threading: bench.Threading
         row[name]["ratio"] = [timings[name].ratio, list(timings[name].ratio_interval)]
     if OPT in timings and OPT_NF in timings:
         opt = timings[OPT]
-        ratio = bench.ratio_with_interval(opt.samples, timings[OPT_NF].samples, 0, opt.blocks)
+        ratio = bench.ratio_with_interval(opt.samples, timings[OPT_NF].samples, opt.blocks)
         row["opt_nf_vs_opt"] = [ratio[0], list(ratio[1])]
     row["recommended"] = recommend(row)
     return row
@@ -182,7 +182,7 @@ def tables(rows: list[dict], options: bench.BenchOptions, failures: list[str]) -
         f"intra-op thread, batch 1, decode step (sequence 1, past 32) at ORT level all, "
         f"{options.runs} interleaved rounds in {options.sessions} session sets "
         f"({options.warmup} warm-up rounds each). Ratio cells: median / original's median "
-        "[95% bootstrap interval]; ↓ faster, ↑ slower beyond the interval."
+        "[95% interval over session sets]; ↓ faster, ↑ slower beyond the interval."
     )
     lines = [
         head,

@@ -5,7 +5,7 @@ batch 1.
 Pipelines: the original; the optimizer alone; normfuse alone; normfuse then the optimizer; the
 optimizer then normfuse; onnxslim alone (the baseline for the next); onnxslim then normfuse.
 For each it prints the ratio of medians to the original at the same ORT level with a 95%
-bootstrap interval (fresh sessions in several session sets, interleaved rotated rounds, see
+interval over session sets (fresh sessions in several session sets, interleaved rotated rounds, see
 `measure.bench`), the normalisation ops ORT
 actually ran, the optimizer's own fusion statistics (`get_fused_operator_statistics`: attention,
 Skip*LayerNormalization, GELU) in each order, how many sites normfuse fused in each order, and
@@ -204,7 +204,7 @@ def time_rows(
         orders = [n for n in (NF_OPT, OPT_NF) if n in timings]
         best = min(orders, key=lambda n: float(np.median(timings[n].samples)))
         best_ratio, best_interval = bench.ratio_with_interval(
-            timings[OPT].samples, timings[best].samples, options.seed, timings[OPT].blocks
+            timings[OPT].samples, timings[best].samples, timings[OPT].blocks
         )
         rows.append(
             {
@@ -269,7 +269,7 @@ def header(options: bench.BenchOptions, threads: str) -> str:
         f"onnxruntime {ort.__version__}, CPU provider, intra-op threads {threads}, batch 1, "
         f"{options.runs} interleaved rounds in {options.sessions} session sets (fresh sessions, "
         f"{options.warmup} warm-up rounds each). Cells: median / original's median at the same "
-        "ORT level [95% bootstrap interval over session sets and rounds]; ↓ faster, ↑ slower "
+        "ORT level [95% interval over session sets]; ↓ faster, ↑ slower "
         "beyond the interval, none: noise."
     )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from normfuse.driver.report import Report
 from normfuse.errors import NormfuseError
+from normfuse.io.columns import aligned, wrap
 from normfuse.io.model_io import LoadedModel, external_files, load
 
 STATUS_WORDS = {0: "ok", 1: "check failed", 2: "error"}
@@ -161,16 +162,13 @@ def pairs_record(outcomes: list[PairOutcome], version: str) -> dict:
     }
 
 
-def pairs_table(outcomes: list[PairOutcome], words: dict[int, str]) -> str:
-    """One row per pair (model, candidate, the status in `words`), then each pair's error."""
+def pairs_table(outcomes: list[PairOutcome], words: dict[int, str], wide: bool = False) -> str:
+    """One row per pair (model, candidate, the status in `words`), then each pair's error;
+    within 100 columns unless `wide` (a long row continues on the next line, errors wrap)."""
     rows = [["model", "candidate", "result"]]
     rows += [[str(o.model), str(o.candidate), words[o.status]] for o in outcomes]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    lines += [f"{o.model} vs {o.candidate}: {o.error}" for o in outcomes if o.error]
-    return "\n".join(lines)
+    errors = [f"{o.model} vs {o.candidate}: {o.error}" for o in outcomes if o.error]
+    return "\n".join([*aligned(rows, wide=wide), *(wrap(line, wide) for line in errors)])
 
 
 def worst_status(outcomes: list[Outcome] | list[PairOutcome]) -> int:
@@ -197,44 +195,78 @@ def combined_record(
 
 
 def summary_table(
-    outcomes: list[Outcome], written: bool = True, notes: list[str] | None = None
+    outcomes: list[Outcome],
+    written: bool = True,
+    notes: list[str] | None = None,
+    wide: bool = False,
 ) -> str:
     """One row per model: status, fused sites per kind, near-misses, validation, node counts, and
     where it went (`not written` for every model unless the batch was `written`); then each
-    model's error and the `notes` (each model's own notes are in the JSON record)."""
+    model's error and the `notes` (each model's own notes are in the JSON record). Within 100
+    columns unless `wide`: models by file name (`short_names`), where the outputs went said once
+    below when every one went the same way, errors and notes wrapped."""
+    went = None if wide else _written_line(outcomes, written)
+    paths = [str(outcome.model) for outcome in outcomes]
+    names, folder = (paths, "") if wide else short_names([outcome.model for outcome in outcomes])
     header = ["model", "status", "sites", "near-misses", "validation", "nodes", "output"]
-    rows = []
-    for outcome in outcomes:
-        report = outcome.report
-        misses, validation = "-", "-"
-        if report is None:
-            sites, nodes = "-", "-"
-        else:
-            misses = str(len(report.near_misses))
-            if report.validation is not None:
-                validation = "passed" if report.validation.passed else "FAILED"
-            counts = {
-                kind: n for kind, n in report.counts().items() if not kind.startswith("nodes")
-            }
-            sites = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
-            nodes = f"{report.nodes_before} -> {report.nodes_after}"
-        went = outcome.output if written and outcome.status == 0 else None
-        status = STATUS_WORDS[outcome.status]
-        where = "not written" if went is None else str(went)
-        rows.append([str(outcome.model), status, sites, misses, validation, nodes, where])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    lines += [error_line(outcome) for outcome in outcomes if outcome.error]
-    lines += [f"note: {note}" for note in notes or []]
-
+    rows = [header[:-1] if went else header]
+    for name, outcome in zip(names, outcomes, strict=True):
+        cells = [name, STATUS_WORDS[outcome.status], *_report_cells(outcome.report)]
+        rows.append(cells if went else [*cells, _output_cell(outcome, written)])
+    lines = [f"models in {folder}"] if folder else []
+    lines += aligned(rows, wide=wide)
+    lines += [wrap(error_line(outcome), wide) for outcome in outcomes if outcome.error]
+    lines += [went] if went else []
+    lines += [wrap(f"note: {note}", wide) for note in notes or []]
     totals = {word: sum(o.status == code for o in outcomes) for code, word in STATUS_WORDS.items()}
     lines.append(
         f"{len(outcomes)} model(s): " + ", ".join(f"{n} {word}" for word, n in totals.items() if n)
     )
     return "\n".join(lines)
+
+
+def short_names(models: list[Path]) -> tuple[list[str], str]:
+    """The models' file names where no two are alike (else their paths as given), and the
+    folder they all share, if one."""
+    names = [model.name for model in models]
+    if len(set(names)) < len(names):
+        return [str(model) for model in models], ""
+    folders = {str(model.parent) for model in models} - {"."}
+    return names, folders.pop() if len(folders) == 1 else ""
+
+
+def _report_cells(report: Report | None) -> list[str]:
+    """Sites per kind, near-misses, validation and node counts (`-` without a report)."""
+    if report is None:
+        return ["-", "-", "-", "-"]
+    validation = "-"
+    if report.validation is not None:
+        validation = "passed" if report.validation.passed else "FAILED"
+    counts = {kind: n for kind, n in report.counts().items() if not kind.startswith("nodes")}
+    sites = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
+    nodes = f"{report.nodes_before} -> {report.nodes_after}"
+    return [sites, str(len(report.near_misses)), validation, nodes]
+
+
+def _output_cell(outcome: Outcome, written: bool) -> str:
+    """Where the model was written, or `not written`."""
+    went = written and outcome.status == 0 and outcome.output is not None
+    return str(outcome.output) if went else "not written"
+
+
+def _written_line(outcomes: list[Outcome], written: bool) -> str | None:
+    """One line for where the models went when they all went the same way (nowhere, replaced
+    in place, or into one folder under their own file names); None otherwise."""
+    if not written:
+        return "nothing written (a batch is written whole or not at all)"
+    if all(o.output == o.model for o in outcomes):
+        return "written in place"
+    folders = {str(o.output.parent) for o in outcomes if o.output is not None}
+    if len(folders) == 1 and all(
+        o.output is not None and o.output.name == o.model.name for o in outcomes
+    ):
+        return wrap(f"written to {folders.pop()}, each under its model's file name")
+    return None
 
 
 def error_line(outcome: Outcome) -> str:

@@ -13,6 +13,7 @@ from normfuse.cli.parser import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from normfuse.driver.report import fused_norm_nodes
 from normfuse.errors import NormfuseError, printable
 from normfuse.facts.shapes import tensor_types
+from normfuse.io.columns import wrap
 from normfuse.io.model_io import LoadedModel, external_files
 from normfuse.io.outputs import STDOUT, OutputPlan
 from normfuse.measure.bench import BenchModel
@@ -28,7 +29,7 @@ def tune_command(args: argparse.Namespace) -> int:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         model = BenchModel(str(args.model), loaded.model, loaded.base_dir)
         report = tune(model, shared.bench_options(args))
-        print(report.text(str(args.model)), file=shared.human_stream(args))
+        print(report.text(str(args.model), args.wide), file=shared.human_stream(args))
         data = {"model": str(args.model), **report.as_dict(str(args.model))}
         shared.stage_text(plan, args.report, report_path, json.dumps(data, indent=2) + "\n")
         shared.commit(plan)
@@ -57,7 +58,7 @@ def bench_command(args: argparse.Namespace) -> int:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         plot_path = shared.plan_plot(plan, args)
         report = run_bench(models, shared.bench_options(args))
-        print(report.table(), file=stream)
+        print(report.table(wide=args.wide), file=stream)
         shared.stage_text(
             plan, args.report, report_path, json.dumps(report.as_dict(), indent=2) + "\n"
         )
@@ -86,7 +87,7 @@ def validate_command(args: argparse.Namespace) -> int:
         report_path = shared.plan(plan, args.report, "--report", allow_stdout=True)
         options = shared.validation_options(args)
         report = normfuse.validate(original, candidate, options)
-        print(report.table(), file=stream)
+        print(report.table(args.wide), file=stream)
         data = {"original": str(original), "candidate": str(candidate)}
         text = json.dumps({**data, **report.as_dict()}, indent=2) + "\n"
         shared.stage_text(plan, args.report, report_path, text)
@@ -121,7 +122,7 @@ def _pairs(args: argparse.Namespace, run: shared.PairRun, words: dict[int, str])
                 outcomes.append(batch.PairOutcome(model_path, candidate, EXIT_USAGE, error=result))
             else:
                 outcomes.append(batch.PairOutcome(model_path, candidate, *result))
-        print(batch.pairs_table(outcomes, words), file=stream)
+        print(batch.pairs_table(outcomes, words, args.wide), file=stream)
         record = batch.pairs_record(outcomes, normfuse.__version__)
         shared.finish_batch(plan, args.report, report_path, record)
     return record["status"]
@@ -161,7 +162,7 @@ def _validate_pair(
     stream,
 ) -> tuple[int, dict]:
     report = normfuse.validate(model_path, candidate, shared.validation_options(own))
-    print(report.table(), file=stream)
+    print(report.table(own.wide), file=stream)
     print("validation passed" if report.passed else "validation FAILED", file=stream)
     return (EXIT_OK if report.passed else EXIT_CHECK_FAILED), report.as_dict()
 
@@ -179,7 +180,7 @@ def _bench_pair(
         BenchModel(str(candidate), other.model, other.base_dir),
     ]
     report = run_bench(models, shared.bench_options(own))
-    print(report.table(), file=stream)
+    print(report.table(wide=own.wide), file=stream)
     return EXIT_OK, report.as_dict()
 
 
@@ -218,7 +219,7 @@ def _inspect_one(
     if show:
         types = tensor_types(loaded.model) if report.sites else {}
         existing = fused_norm_nodes(loaded.model)
-        print(report.table(True, types, args.verbose, existing))
+        print(report.table(True, types, args.verbose, existing, args.wide))
     return report
 
 
@@ -246,9 +247,9 @@ def _inspect_batch(args: argparse.Namespace) -> int:
         if show:
             for outcome in outcomes:
                 if outcome.error:
-                    print(printable(batch.error_line(outcome)))
+                    print(wrap(printable(batch.error_line(outcome)), args.wide))
             for note in notes:
-                print(printable(f"note: {note}"))
+                print(wrap(printable(f"note: {note}"), args.wide))
         record = batch.combined_record(outcomes, normfuse.__version__, None, notes)
         shared.finish_batch(plan, destination, report_path, record)
     left = [outcome for outcome in outcomes if outcome.status == EXIT_CHECK_FAILED]

@@ -17,6 +17,7 @@ from normfuse.cli import batch, manifest, shared
 from normfuse.cli.parser import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE, TIMING_OPTIONS
 from normfuse.driver.report import fused_norm_nodes
 from normfuse.errors import NormfuseError, printable
+from normfuse.io.columns import wrap
 from normfuse.io.model_io import LoadedModel, external_files, plan_save, stage_save
 from normfuse.io.outputs import STDOUT, OutputPlan
 from normfuse.measure.bench import BenchModel
@@ -113,7 +114,7 @@ def _optimize_batch(args: argparse.Namespace) -> int:
             for outcome in outcomes:
                 if outcome.report is not None:
                     outcome.report.output = None
-        print(batch.summary_table(outcomes, written, notes), file=stream)
+        print(batch.summary_table(outcomes, written, notes, args.wide), file=stream)
         record = batch.combined_record(outcomes, normfuse.__version__, written, notes)
         shared.finish_batch(plan, args.report, report_path, record)
     failed = sum(outcome.status != EXIT_OK for outcome in outcomes)
@@ -245,7 +246,7 @@ def _optimize_one(
     report = result.report
     report.input = str(model_path)
     if report.validation is not None and not report.validation.passed:
-        say(report.table())
+        say(report.table(wide=args.wide))
         message = printable(f"validation failed; {destination} not written")
         print(f"normfuse: {message}", file=sys.stderr)
         return batch.Outcome(model_path, destination, EXIT_CHECK_FAILED, report)
@@ -259,20 +260,20 @@ def _optimize_one(
         extra["bench"] = timings.as_dict()
         said = {*report.notes, *(report.validation.notes if report.validation else [])}
         timings.notes = [note for note in timings.notes if note not in said]  # each note once
-        later.append(timings.table())
+        later.append(timings.table(wide=args.wide))
         if plot_path is not None:
             plot_ratios(timings, plan.temp_path(plot_path))
     if args.tune_for:
         hint = _session_hint(BenchModel(str(destination), result.model, result.base_dir), args)
         if hint:
             extra["session_hint"] = hint
-            later.append(hint)
+            later.append(wrap(hint, args.wide))
     report.output = str(destination)
     reference = args.reference_input_data or args.in_place
     weights = stage_save(plan, result.model, destination, result.base_dir, reference=reference)
     if weights is not None:
         report.notes.append(weights)
-    say(report.table(existing=fused_norm_nodes(loaded.model)))
+    say(report.table(existing=fused_norm_nodes(loaded.model), wide=args.wide))
     for text in later:
         say(text)
     return batch.Outcome(model_path, destination, EXIT_OK, report, extra=extra)

@@ -11,6 +11,7 @@ from pathlib import Path
 import normfuse
 from normfuse.errors import printable
 from normfuse.match.pass_names import DEFAULT_PASS_NAMES, PASS_NAMES
+from normfuse.measure import defaults
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -181,9 +182,15 @@ def _add_manifest_option(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_report_option(sub: argparse.ArgumentParser, what: str) -> None:
+def _add_output_options(sub: argparse.ArgumentParser, what: str) -> None:
     sub.add_argument(
         "--report", metavar="FILE", help=f"write {what} as JSON to FILE (- for stdout)"
+    )
+    sub.add_argument(
+        "--wide",
+        action="store_true",
+        help="print tables at full width: every column, names in full, no line wrapped "
+        "(default: within 100 columns)",
     )
 
 
@@ -204,7 +211,7 @@ def _add_optimize(sub: argparse.ArgumentParser) -> None:
         help="let the output read MODEL's external-data file where it is instead of writing "
         "OUT.data (the output then breaks if that file is deleted; said in the report)",
     )
-    _add_report_option(sub, "the report (several models: one combined record)")
+    _add_output_options(sub, "the report (several models: one combined record)")
     sub.add_argument(
         "--validate",
         action="store_true",
@@ -248,7 +255,7 @@ def _add_inspect(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--verbose", action="store_true", help="list the nodes each site replaces (JSON has them)"
     )
-    _add_report_option(sub, "the report")
+    _add_output_options(sub, "the report")
     sub.add_argument(
         "--check", action="store_true", help="exit 1 if any fusable site is left unfused in MODEL"
     )
@@ -265,7 +272,7 @@ def _add_validate(sub: argparse.ArgumentParser) -> None:
         "model's file name",
     )
     _add_manifest_option(sub)
-    _add_report_option(sub, "the comparison")
+    _add_output_options(sub, "the comparison")
     _add_input_options(sub)
     _add_tolerance_options(sub)
 
@@ -315,13 +322,16 @@ def _add_bench_options(
     plot: bool = True,
     report: bool = True,
 ) -> None:
-    sub.add_argument("--warmup", type=int, help="untimed runs each (default 20)")
-    sub.add_argument("--runs", type=int, help="timed runs each (default 200)")
+    sub.add_argument(
+        "--warmup", type=int, help=f"untimed runs per session set (default {defaults.WARMUP})"
+    )
+    sub.add_argument("--runs", type=int, help=f"timed runs each (default {defaults.RUNS})")
     sub.add_argument("--threads", type=int, help="intra-op threads (default: ORT's default)")
     sub.add_argument(
         "--sessions",
         type=int,
-        help="fresh sessions per model, runs split over them (default 6; one per 10 runs at most)",
+        help=f"fresh sessions per model, runs split over them (default {defaults.SESSION_SETS}; "
+        f"one per {defaults.MIN_RUNS_PER_SET} runs at most)",
     )
     sub.add_argument(
         "--time-budget",
@@ -338,7 +348,7 @@ def _add_bench_options(
             help="ORT optimisation level; repeatable (default all)",
         )
     if report:
-        _add_report_option(sub, "the timings")
+        _add_output_options(sub, "the timings")
         sub.add_argument("--json", dest="report", metavar="FILE", help=argparse.SUPPRESS)
     if plot:
         sub.add_argument(

@@ -20,6 +20,7 @@ from normfuse.cli.parser import EXIT_USAGE, MAX_RUNS, MAX_THREADS, MAX_TIME_BUDG
 from normfuse.errors import NormfuseError, runtime_message
 from normfuse.io.model_io import LoadedModel, external_files
 from normfuse.io.outputs import STDOUT, OutputPlan
+from normfuse.measure import defaults
 from normfuse.measure.bench import BenchOptions
 from normfuse.measure.plot import require_matplotlib
 from normfuse.prove.inputs import MAX_SEED, check_inputs, input_hint, parse_dims
@@ -179,13 +180,13 @@ def said_after_commit(text: str, stream) -> None:
 
 
 def bench_options(args: argparse.Namespace) -> BenchOptions:
-    warmup = 20 if args.warmup is None else args.warmup
-    runs = 200 if args.runs is None else args.runs
+    warmup = defaults.WARMUP if args.warmup is None else args.warmup
+    runs = defaults.RUNS if args.runs is None else args.runs
     if not (0 <= warmup <= MAX_RUNS and 2 <= runs <= MAX_RUNS):
         raise NormfuseError(f"--warmup must be 0 to {MAX_RUNS} and --runs 2 to {MAX_RUNS}")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
         raise NormfuseError(f"--threads must be 1 to {MAX_THREADS}, got {args.threads}")
-    sessions = min(6, runs) if args.sessions is None else args.sessions
+    sessions = min(defaults.SESSION_SETS, runs) if args.sessions is None else args.sessions
     if not 1 <= sessions <= runs:
         raise NormfuseError(f"--sessions must be 1 to --runs ({runs}), got {sessions}")
     budget = getattr(args, "time_budget", None)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from normfuse.facts.shapes import TensorType
+from normfuse.io.columns import aligned, op_legend, short_op, wrap
 from normfuse.match.records import FUSED_NORM_OPS, NearMiss, Site
 from normfuse.prove.float16_hazards import hazard_line
 from normfuse.prove.validate import ValidationReport
@@ -80,39 +81,48 @@ class Report:
         types: dict[str, TensorType] | None = None,
         verbose: bool = False,
         existing: Counter | None = None,
+        wide: bool = False,
     ) -> str:
-        """A short human-readable summary. With `sites`, one line per fused site (kind, op, the
-        tensor it computes, its shape from `types`), and with `verbose` the nodes it replaces;
-        `existing`: the fused norm nodes the model already had (said when nothing is left)."""
-        lines = [line for stage in self.stages for line in stage.lines()]
+        """A short human-readable summary, within 100 columns unless `wide` (long lines wrap
+        onto indented continuation lines; op names in the site list abbreviated). With `sites`,
+        one line per fused site (kind, op, the tensor it computes, its shape from `types`), and
+        with `verbose` the nodes it replaces; `existing`: the fused norm nodes the model already
+        had (said when nothing is left)."""
+        lines = [wrap(line, wide) for stage in self.stages for line in stage.lines()]
         lines += [f"{'kind':<16}{'op':<28}{'sites':>6}"] if self.sites else []
         for (kind, op), count in sorted(Counter((s.kind, s.op) for s in self.sites).items()):
             lines.append(f"{kind:<16}{op:<28}{count:>6}")
         if not self.sites and existing:
             ops = ", ".join(f"{op} {n}" for op, n in sorted(existing.items()))
-            lines.append(f"already fused: {sum(existing.values())} fused norm nodes ({ops})")
+            lines.append(
+                wrap(f"already fused: {sum(existing.values())} fused norm nodes ({ops})", wide)
+            )
         elif not self.sites:
             lines.append("(nothing fused)")
         if sites and self.sites:
             lines.append("")
-            lines.extend(site_lines(self.sites, types or {}, verbose))
+            lines.extend(site_lines(self.sites, types or {}, verbose, wide))
             lines.append("")
         lines.append(f"nodes: {self.nodes_before} -> {self.nodes_after}")
         if self.opset_after != self.opset_before:
             lines.append(f"opset: {self.opset_before} -> {self.opset_after}")
         if self.ort_only:
             lines.append("output uses operators only ONNX Runtime accepts (not standard ONNX)")
-        for miss in self.near_misses:
-            lines.append(f"near-miss {miss.kind} at {miss.node!r}: {miss.reason}: {miss.detail}")
-        for kind, count in self.kept_counts().items():
-            lines.append(f"kept as is: {count} {kind} site(s) already in their fastest exact form")
-        lines.extend(repair_lines(self.sites))
-        lines.extend(hazard_line(site) for site in self.sites if site.float16_hazard)
-        lines.extend(self.notes)
-        lines.extend(f"tuned: {choice['summary']}" for choice in self.tuning)
+        said = [
+            f"near-miss {m.kind} at {m.node!r}: {m.reason}: {m.detail}" for m in self.near_misses
+        ]
+        said += [
+            f"kept as is: {count} {kind} site(s) already in their fastest exact form"
+            for kind, count in self.kept_counts().items()
+        ]
+        said += repair_lines(self.sites)
+        said += [hazard_line(site) for site in self.sites if site.float16_hazard]
+        said += self.notes
+        said += [f"tuned: {choice['summary']}" for choice in self.tuning]
+        lines.extend(wrap(line, wide) for line in said)
         if self.validation is not None:
             verdict = "passed" if self.validation.passed else "FAILED"
-            lines.extend(["", f"validation {verdict}:", self.validation.table()])
+            lines.extend(["", f"validation {verdict}:", self.validation.table(wide)])
         return "\n".join(lines)
 
 
@@ -149,25 +159,30 @@ def _distance(value: float | None) -> str:
     return "inf (NaN or Inf)" if value is None else f"{value:.3g}"
 
 
-def site_lines(sites: list[Site], types: dict[str, TensorType], verbose: bool) -> list[str]:
-    """One aligned line per site: kind, op, the tensor it computes and its shape; with `verbose`,
-    the epsilon, the axis and the nodes it replaces below each."""
+def site_lines(
+    sites: list[Site], types: dict[str, TensorType], verbose: bool, wide: bool = False
+) -> list[str]:
+    """One aligned line per site: kind, op (abbreviated unless `wide`, with a legend), the
+    tensor it computes and its shape; with `verbose`, the epsilon, the axis and the nodes it
+    replaces below each (wrapped unless `wide`)."""
     rows = [["site", "op", "output", "shape"]]
     for site in sites:
         where = site.output if site.function is None else f"{site.output} (in {site.function[1]})"
-        rows.append([site.kind, site.op, where, _shape_text(types.get(site.output))])
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        rows.append(
+            [site.kind, short_op(site.op, wide), where, _shape_text(types.get(site.output))]
+        )
     lines = []
-    for number, row in enumerate(rows):
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        lines.append("  ".join([*cells, row[3]]).rstrip())
+    for number, line in enumerate(aligned(rows, wide=wide)):
+        lines.append(line)
         if verbose and number:
             site = sites[number - 1]
-            lines.append(
+            text = (
                 f"    axis {site.axis}, epsilon {site.epsilon:g}; replaces "
                 f"{len(site.removed_nodes)} nodes: {', '.join(site.removed_nodes)}"
             )
-    return lines
+            lines.append(wrap(text, wide, indent="      "))
+    legend = "" if wide else op_legend([site.op for site in sites])
+    return [*lines, *([f"ops: {legend}"] if legend else [])]
 
 
 def _shape_text(tensor_type: TensorType | None) -> str:

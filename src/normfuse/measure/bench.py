@@ -4,20 +4,25 @@ Timing runs in session sets: every model gets a fresh session in each set (its c
 too), is warmed up, and is then timed in interleaved rounds (A B C, B C A, C A B, ...: each model
 takes each position equally often) so that drift on a shared machine hits them alike. Sessions
 differ in speed by where their memory landed: identical models created earlier in a process timed
-up to ~10% slower than ones created later, beyond any round-to-round interval. So the order in
-which a set's sessions are created is shuffled (seeded) and reversed in the next set, and the
-95% interval of each ratio (median / the first model's median) comes from a bootstrap over sets
-and, within them, paired rounds: it covers between-session differences, not only round noise.
-Ratios within 1% of 1 read as equal. On CUDA, inputs and outputs stay on the device through I/O
-binding. Each session has its own intra-op thread pool (ONNX Runtime's process-wide global pool is
-never set up: once it is, every later session in the process must use it, a caller's own
-included); with more than one thread, spinning is turned off so that an idle session's pool does
-not steal the CPU from the one being timed, and the report says so.
+up to ~10% slower than ones created later, beyond any round-to-round interval, and four identical
+benches of one model read 0.95 to 1.055. So the order in which a set's sessions are created is
+shuffled (seeded) and reversed in the next set, and the interval of each ratio (median / the
+first model's median) is drawn over the sets' own ratios, not over rounds: where 95% of repeat
+benches would put the ratio (Student's t on the spread of the sets' log ratios), widened where
+needed to hold the ratio of each half of the sets (`half_of_each`). A word (`verdict`) says
+`faster` or `slower` only when that interval lies beyond 1 ± 1% (EQUAL_WITHIN) and at least two
+sets were timed: a claim a repeat would make too. On CUDA, inputs and outputs stay on the
+device through I/O binding. Each session has its own intra-op thread pool (ONNX Runtime's
+process-wide global pool is never set up: once it is, every later session in the process must
+use it, a caller's own included); with more than one thread, spinning is turned off so that an
+idle session's pool does not steal the CPU from the one being timed, and the report says so.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import math
 import sys
 import tempfile
 import time
@@ -31,13 +36,25 @@ import onnx
 import onnxruntime as ort
 
 from normfuse.errors import NormfuseError
+from normfuse.io.columns import (
+    GAP,
+    WIDTH,
+    aligned,
+    display_names,
+    keyed_names,
+    op_legend,
+    short_op,
+    wrap,
+)
 from normfuse.match.records import FUSED_NORM_OPS
+from normfuse.measure.defaults import MIN_RUNS_PER_SET, RUNS, SESSION_SETS, WARMUP
 from normfuse.prove import openvino_runtime, sessions
 from normfuse.prove.inputs import graph_inputs, make_inputs
 
 NORM_OPS = (*FUSED_NORM_OPS, "GroupNorm")  # and com.microsoft's GroupNorm
-BOOTSTRAP_RESAMPLES = 2000
-MIN_RUNS_PER_SET = 10
+# Fewest session sets that can support `faster`, `slower` or `same` (one set measures no
+# session-to-session variation).
+MIN_SETS_FOR_VERDICT = 2
 # Two identical models timed side by side differ by up to about 1%: read ratios within it as equal.
 EQUAL_WITHIN = 0.01
 # The words for a ratio's 95% interval against the band 1 ± EQUAL_WITHIN (see `verdict`).
@@ -64,8 +81,8 @@ class BenchOptions:
 
     providers: tuple[str, ...] = ("cpu",)
     levels: tuple[str, ...] = ("all",)
-    warmup: int = 20
-    runs: int = 200
+    warmup: int = WARMUP
+    runs: int = RUNS
     threads: int | None = None
     dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
@@ -73,7 +90,7 @@ class BenchOptions:
     disabled_optimizers: tuple[str, ...] = ()
     progress: bool = False
     clock: Callable[[], float] = time.perf_counter
-    sessions: int = 6  # session sets (fresh sessions for every model); at most `runs`
+    sessions: int = SESSION_SETS  # session sets (fresh sessions for every model); at most `runs`
     # Seconds for the whole run (every provider and level): once the next session set would
     # pass its share, timing stops after the sets done (the first always runs). None: no limit.
     time_budget: float | None = None
@@ -111,8 +128,13 @@ class Timing:
         }
 
     def verdict(self) -> str:
-        """The interval's word (`verdict`); `` for the reference, which the others are timed to."""
-        return "" if self.reference else verdict(self.ratio_interval)
+        """The interval's word (`verdict`); `` for the reference, which the others are timed to,
+        and `inconclusive` with fewer than `MIN_SETS_FOR_VERDICT` session sets."""
+        if self.reference:
+            return ""
+        if session_sets(self.blocks) < MIN_SETS_FOR_VERDICT:
+            return INCONCLUSIVE
+        return verdict(self.ratio_interval)
 
     def as_dict(self) -> dict:
         """The JSON form (latencies in milliseconds)."""
@@ -147,14 +169,63 @@ class BenchReport:
             "notes": list(self.notes),
         }
 
-    def table(self, first_column: str = "model") -> str:
-        """One row per model, provider and level: distinct names, times with their units, and only
-        the percentiles the number of runs supports; `first_column` heads the names."""
+    def table(self, first_column: str = "model", wide: bool = False) -> str:
+        """One row per model, provider and level, with distinct names (`first_column` heads
+        them) and times with their units. Within 100 columns: the level, the median, the ratio
+        with its interval and word, and ORT's norm ops abbreviated, long names keyed to a legend
+        above the table; `wide`: every statistic the number of runs supports, the session
+        creation time and full names, on one line each."""
         names, folder = display_names([t.model for t in self.timings], run_keys(self.timings))
-        runs = min((t.samples.size for t in self.timings), default=0)
-        shown = [name for name, least in PERCENTILE_MIN_RUNS.items() if runs >= least]
-        columns = ["median", *shown, "min", "std"]
-        rows = []
+        lines = [f"intra-op threads: {self.threads}"]
+        if folder:
+            lines.append(f"models in {folder}")
+        if wide:
+            rows, right = self._wide_rows(names, first_column)
+        else:
+            rows, right = self._rows(first_column)
+            rest = max(len(line) for line in aligned([row[1:] for row in rows], right, wide=True))
+            cells, legend = keyed_names(names, WIDTH - rest - len(GAP))
+            for row, cell in zip(rows[1:], cells, strict=True):
+                row[0] = cell
+            lines += legend
+        lines += aligned(rows, right, wide=True)
+        sets = max((session_sets(t.blocks) for t in self.timings), default=1)
+        footer = [f"ratio: median / first model's median {interval_text(sets)}", LABEL_LEGEND]
+        if wide:
+            footer += self._hidden_percentiles()
+        else:
+            ops = [op for t in self.timings for op in t.norm_ops_after_ort]
+            footer += [f"norm ops after ORT: {op_legend(ops)}"] if op_legend(ops) else []
+            footer.append("p90, p99, min, std and session creation time: --wide or --report")
+        footer += [f"note: {note}" for note in self.notes]
+        return "\n".join([*lines, *(wrap(line, wide) for line in footer)])
+
+    def _rows(self, first_column: str) -> tuple[list[list[str]], set[int]]:
+        """The narrow table's header and rows, their name cells left empty (to fill once the
+        room for names is known), and its right-aligned columns."""
+        several = len({t.provider for t in self.timings}) > 1
+        rows = [[first_column, "level", "median", "ratio [95% interval]", "norm ops after ORT"]]
+        for t in self.timings:
+            low, high = t.ratio_interval
+            word = t.verdict().split(" (")[0]  # `inconclusive`: the legend says what to do
+            ops = ", ".join(f"{short_op(op)} {n}" for op, n in t.norm_ops_after_ort.items())
+            rows.append(
+                [
+                    "",
+                    f"{t.provider}/{t.level}" if several else t.level,
+                    format_seconds(t.stats_ms()["median"] / 1e3),
+                    f"{t.ratio:.3f} [{low:.3f}, {high:.3f}] {word}".rstrip(),
+                    ops or "none",
+                ]
+            )
+        return rows, {2}
+
+    def _wide_rows(self, names: list[str], first_column: str) -> tuple[list[list[str]], set[int]]:
+        """The wide table: every statistic the runs support, the session creation time and
+        full op names."""
+        columns = ["median", *self._shown_percentiles(), "min", "std"]
+        rows = [[first_column, "prov", "level", *columns, "session", "ratio [95% interval]"]]
+        rows[0].append("norm ops after ORT")
         for name, t in zip(names, self.timings, strict=True):
             stats = t.stats_ms()
             low, high = t.ratio_interval
@@ -171,42 +242,24 @@ class BenchReport:
                     ops,
                 ]
             )
-        header = [
-            first_column,
-            "prov",
-            "level",
-            *columns,
-            "session",
-            "ratio [95% CI]",
-            "norm ops after ORT",
+        return rows, set(range(3, 4 + len(columns)))
+
+    def _runs(self) -> int:
+        return min((t.samples.size for t in self.timings), default=0)
+
+    def _shown_percentiles(self) -> list[str]:
+        """The percentiles the number of runs supports (`PERCENTILE_MIN_RUNS`)."""
+        return [name for name, least in PERCENTILE_MIN_RUNS.items() if self._runs() >= least]
+
+    def _hidden_percentiles(self) -> list[str]:
+        """A line naming the percentiles too few runs left out, if any."""
+        hidden = [name for name in PERCENTILE_MIN_RUNS if name not in self._shown_percentiles()]
+        if not hidden:
+            return []
+        return [
+            f"{', '.join(hidden)} not shown: {self._runs()} runs are too few "
+            f"(p90 needs {PERCENTILE_MIN_RUNS['p90']}, p99 {PERCENTILE_MIN_RUNS['p99']})"
         ]
-        right = set(range(3, 4 + len(columns)))
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-        def line(cells: list[str]) -> str:
-            padded = [
-                cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-                for i, cell in enumerate(cells)
-            ]
-            return "  ".join(padded).rstrip()
-
-        lines = [f"intra-op threads: {self.threads}"]
-        if folder:
-            lines.append(f"models in {folder}")
-        lines += [line(header), *(line(row) for row in rows)]
-        sets = max((session_sets(t.blocks) for t in self.timings), default=1)
-        lines.append(
-            "ratio: median / first model's median; the interval resamples the "
-            f"{sets} session set(s) and their rounds; {LABEL_LEGEND}"
-        )
-        hidden = [name for name in PERCENTILE_MIN_RUNS if name not in shown]
-        if hidden:
-            lines.append(
-                f"{', '.join(hidden)} not shown: {runs} runs are too few "
-                f"(p90 needs {PERCENTILE_MIN_RUNS['p90']}, p99 {PERCENTILE_MIN_RUNS['p99']})"
-            )
-        lines.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(lines)
 
 
 def session_sets(blocks: np.ndarray | None) -> int:
@@ -216,9 +269,19 @@ def session_sets(blocks: np.ndarray | None) -> int:
 
 LABEL_LEGEND = (
     f"faster / slower: the whole interval lies beyond 1 ± {EQUAL_WITHIN:.0%}; same: it lies "
-    f"inside; inconclusive: it crosses {1 - EQUAL_WITHIN:g} or {1 + EQUAL_WITHIN:g} (time more "
-    "runs)"
+    f"inside; inconclusive: it crosses {1 - EQUAL_WITHIN:g} or {1 + EQUAL_WITHIN:g}, or fewer "
+    f"than {MIN_SETS_FOR_VERDICT} session sets were timed (time more runs)"
 )
+
+
+def interval_text(sets: int) -> str:
+    """What the table's intervals cover, for `sets` session sets."""
+    if sets < MIN_SETS_FOR_VERDICT:
+        return f"[interval: over the rounds of {sets} session set only, not between sessions]"
+    return (
+        f"[95% interval: where a repeat of this bench would put it, from the spread of the {sets} "
+        "session sets' own ratios, widened to hold each half of the sets']"
+    )
 
 
 def verdict(interval: tuple[float, float]) -> str:
@@ -252,25 +315,6 @@ def run_keys(timings: list[Timing]) -> list[int]:
         current += timing.reference or current < 0
         keys.append(current)
     return keys
-
-
-def display_names(names: list[str], runs: list | None = None) -> tuple[list[str], str]:
-    """Names that tell the models apart: the folder they all share is dropped (and returned), and
-    a name given more than once within one run (`runs`: a key per name) is numbered (`m.onnx`,
-    `m.onnx (2)`)."""
-    paths = [Path(name) for name in names]
-    folder = ""
-    parents = {str(path.parent) for path in paths}
-    if len(parents) == 1 and parents != {"."} and all(path.suffix == ".onnx" for path in paths):
-        folder = parents.pop()
-        names = [path.name for path in paths]
-    seen: Counter[tuple] = Counter()
-    shown = []
-    for name, run_key in zip(names, runs or [0] * len(names), strict=True):
-        seen[(run_key, name)] += 1
-        count = seen[(run_key, name)]
-        shown.append(name if count == 1 else f"{name} ({count})")
-    return shown, folder
 
 
 def run(
@@ -476,7 +520,7 @@ def _time_group(
     timings = []
     for index, model in enumerate(models):
         ratio, interval = ratio_with_interval(
-            measured.samples[0], measured.samples[index], options.seed, measured.blocks
+            measured.samples[0], measured.samples[index], measured.blocks
         )
         timings.append(
             Timing(
@@ -585,39 +629,67 @@ def _runner(session: ort.InferenceSession, provider: str, feeds: dict):
 
 
 def ratio_with_interval(
-    base: np.ndarray, other: np.ndarray, seed: int = 0, blocks: np.ndarray | None = None
+    base: np.ndarray, other: np.ndarray, blocks: np.ndarray | None = None
 ) -> tuple[float, tuple[float, float]]:
-    """median(other) / median(base), and a 95% bootstrap interval: each resample draws session
-    sets (`blocks`: the set of each sample; None: one set) with replacement, then paired rounds
-    with replacement within each drawn set."""
+    """median(other) / median(base), and a 95% interval for the ratio a repeat of this bench
+    would measure (`blocks`: the session set of each sample; None: one set): Student's t on the
+    spread of the units' log ratios (`unit_log_ratios`), the standard error counted for this
+    bench and for the repeat (a factor of √2), centred on the ratio, then widened where needed
+    to hold the ratio of each half of the units (`half_of_each`). It holds the true ratio with
+    about 99% confidence; a ratio it places beyond the band is one a repeat would also see."""
     ratio = float(np.median(other) / np.median(base))
     if base is other or np.array_equal(base, other):
         return 1.0, (1.0, 1.0)
-    picks = bootstrap_picks(np.zeros(base.size, int) if blocks is None else blocks, seed)
-    valid = picks >= 0
-    safe = np.where(valid, picks, 0)
-    medians = [
-        np.nanmedian(np.where(valid, values[safe], np.nan), axis=1) for values in (base, other)
-    ]
-    low, high = np.percentile(medians[1] / medians[0], [2.5, 97.5])
-    return ratio, (float(low), float(high))
+    if base.size < 2:  # one round: no spread to measure (and no word: one set)
+        return ratio, (ratio, ratio)
+    units = sample_units(np.zeros(base.size, int) if blocks is None else blocks)
+    logs = unit_log_ratios(base, other, units)
+    spread = t_quantile(0.975, logs.size - 1) * logs.std(ddof=1) * math.sqrt(2 / logs.size)
+    low, high = ratio * math.exp(-spread), ratio * math.exp(spread)
+    halves = half_of_each(logs.size)[units]
+    for half in (0, 1):
+        chosen = halves == half
+        half_ratio = float(np.median(other[chosen]) / np.median(base[chosen]))
+        low, high = min(low, half_ratio), max(high, half_ratio)
+    return ratio, (low, high)
 
 
-def bootstrap_picks(blocks: np.ndarray, seed: int = 0) -> np.ndarray:
-    """`BOOTSTRAP_RESAMPLES` resamples of sample indices (rows; -1 pads a row): sets drawn with
-    replacement, then each drawn set's rounds drawn with replacement from that set."""
-    groups = [np.flatnonzero(blocks == value) for value in np.unique(blocks)]
-    sizes = np.array([group.size for group in groups])
-    table = np.full((len(groups), sizes.max()), -1)
-    for row, group in enumerate(groups):
-        table[row, : group.size] = group
-    rng = np.random.default_rng(seed)
-    chosen = rng.integers(0, len(groups), (BOOTSTRAP_RESAMPLES, len(groups)))
-    chosen_sizes = sizes[chosen][..., None]
-    offsets = (rng.random((*chosen.shape, sizes.max())) * chosen_sizes).astype(int)
-    picks = table[chosen[..., None], offsets]
-    picks[np.arange(sizes.max()) >= chosen_sizes] = -1
-    return picks.reshape(BOOTSTRAP_RESAMPLES, -1)
+def sample_units(blocks: np.ndarray) -> np.ndarray:
+    """The unit (0, 1, ...) each sample belongs to: its session set, or its own round where all
+    samples come from one set (the interval then covers rounds only)."""
+    values = np.unique(blocks)
+    return np.arange(blocks.size) if values.size == 1 else np.searchsorted(values, blocks)
+
+
+def unit_log_ratios(base: np.ndarray, other: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """log(median(other) / median(base)) within each unit (0, 1, ...), in unit order."""
+    order = np.argsort(units, kind="stable")
+    bounds = np.flatnonzero(np.diff(units[order])) + 1
+    if bounds.size == units.size - 1:  # a unit per round
+        return np.log(other[order] / base[order])
+    groups = np.split(order, bounds)
+    return np.log([np.median(other[group]) / np.median(base[group]) for group in groups])
+
+
+def half_of_each(count: int) -> np.ndarray:
+    """The half (0 or 1) of each of `count` units in time order: consecutive pairs alternate
+    between halves (a set and the next, which reverses its creation order, stay together so the
+    order's drift cancels within each half, and each half spans the whole run); with fewer than
+    four units, the units alternate."""
+    index = np.arange(count)
+    return (index // 2) % 2 if count >= 4 else index % 2
+
+
+@functools.lru_cache
+def t_quantile(probability: float, df: int) -> float:
+    """Student's t quantile with `df` degrees of freedom, from its density integrated on a fine
+    grid (within about 1e-4; no SciPy)."""
+    grid = np.linspace(0.0, 64.0, 256_001)
+    log_scale = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    density = np.exp(log_scale - (df + 1) / 2 * np.log1p(grid**2 / df))
+    steps = (density[1:] + density[:-1]) / 2 * np.diff(grid)
+    cumulative = 0.5 + np.concatenate([[0.0], np.cumsum(steps)])
+    return float(np.interp(probability, cumulative, grid))
 
 
 def norm_ops_after_ort(model: BenchModel, provider: str, level: str, options: BenchOptions) -> dict:

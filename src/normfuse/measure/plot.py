@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from normfuse.errors import NormfuseError
+from normfuse.io.columns import display_names
 from normfuse.measure.bench import (
     EQUAL_WITHIN,
     FASTER,
@@ -16,7 +17,6 @@ from normfuse.measure.bench import (
     SAME,
     SLOWER,
     BenchReport,
-    display_names,
     format_seconds,
     run_keys,
 )

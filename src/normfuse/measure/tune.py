@@ -20,6 +20,7 @@ from pathlib import Path
 import onnx
 
 from normfuse.errors import NormfuseError
+from normfuse.io.columns import wrap
 from normfuse.measure import bench
 from normfuse.prove import openvino_runtime, sessions
 
@@ -55,16 +56,23 @@ class SessionConfig:
         """`all`, `extended`, `all -SkipLayerNormFusion`, ..."""
         return " ".join([self.level, *(f"-{name}" for name in self.disabled)])
 
-    def snippet(self, model_path: str, provider: str) -> str:
-        """Python that creates a session with these settings."""
+    def snippet(self, model_path: str, provider: str, wide: bool = True) -> str:
+        """Python that creates a session with these settings; unless `wide`, the session's
+        arguments one per line (within 100 columns for a path that fits)."""
+        arguments = [repr(model_path), "options", f"providers=[{sessions.PROVIDERS[provider]!r}]"]
+        if self.disabled:
+            arguments.append(f"disabled_optimizers={list(self.disabled)!r}")
+        call = f"session = ort.InferenceSession({', '.join(arguments)})"
+        if not wide:
+            call = "\n".join(
+                ["session = ort.InferenceSession(", *(f"    {a}," for a in arguments), ")"]
+            )
         lines = [
             "import onnxruntime as ort",
             "options = ort.SessionOptions()",
             "options.graph_optimization_level = "
             f"ort.GraphOptimizationLevel.{LEVEL_CONSTANTS[self.level]}",
-            f"session = ort.InferenceSession({model_path!r}, options, "
-            f"providers=[{sessions.PROVIDERS[provider]!r}]"
-            + (f", disabled_optimizers={list(self.disabled)!r})" if self.disabled else ")"),
+            call,
         ]
         return "\n".join(lines)
 
@@ -112,12 +120,12 @@ class TuneReport:
             "notes": list(self.notes),
         }
 
-    def text(self, model_path: str) -> str:
-        """The table and the verdict for each provider."""
+    def text(self, model_path: str, wide: bool = False) -> str:
+        """The table and the verdict for each provider, within 100 columns unless `wide`."""
         lines = [
             bench.BenchReport(
                 [t for r in self.results for t in r.timings], self.threads, self.notes
-            ).table("configuration")
+            ).table("configuration", wide)
         ]
         for result in self.results:
             best = result.timings[result.configs.index(result.best)]
@@ -125,9 +133,12 @@ class TuneReport:
             if result.beats_default:
                 lines += [
                     "",
-                    f"{result.provider}: fastest is '{result.best.label}': {best.ratio:.3f}x ORT's "
-                    f"default [{low:.3f}, {high:.3f}]. Create the session with:",
-                    result.best.snippet(model_path, result.provider),
+                    wrap(
+                        f"{result.provider}: fastest is '{result.best.label}': {best.ratio:.3f}x "
+                        f"ORT's default [{low:.3f}, {high:.3f}]. Create the session with:",
+                        wide,
+                    ),
+                    result.best.snippet(model_path, result.provider, wide),
                 ]
             else:
                 lines += [

@@ -16,6 +16,7 @@ import onnx
 
 from normfuse.errors import NormfuseError, first_line, runtime_message
 from normfuse.facts.shapes import TensorType, tensor_types
+from normfuse.io.columns import aligned, middle, wrap
 from normfuse.match.records import Site
 from normfuse.prove import sessions
 from normfuse.prove.compare import OutputComparison, compare_output
@@ -25,6 +26,8 @@ from normfuse.prove.profiles import profiled_feeds
 from normfuse.prove.site_inputs import isolate
 
 WHOLE_MODEL_LEVELS = ("disable", "all")
+NUMBER_COLUMNS = ("max abs", "max rel", "orig-f64", "cand-f64")
+OUTPUT_NAME_WIDTH = 24  # an output's name in the validation table, unless --wide
 
 
 @dataclass(frozen=True)
@@ -130,14 +133,15 @@ class ValidationReport:
             "notes": list(self.notes),
         }
 
-    def table(self) -> str:
+    def table(self, wide: bool = False) -> str:
         """One line per provider, level and output with the tolerance it was held to and each
-        model's distance from the float64 reference; then failing sites and notes."""
-        lines = [
-            f"{'provider':<9}{'level':<9}{'inputs':<15}{'output':<24}{'max abs':>10}{'max rel':>10}"
-            f"  {'atol/rtol':<12}{'orig-f64':>9}{'cand-f64':>9}  result"
-        ]
-        further = []
+        model's distance from the float64 reference; then failing sites and notes. Within 100
+        columns unless `wide`: provider and level share a column, long output names are cut in
+        the middle, a tolerance every row shares is said once below, and a long result continues
+        on the next line."""
+        tolerances = {_tolerance_text(out) for run in self.runs for out in run.outputs}
+        shared = None if wide or len(tolerances) != 1 else tolerances.pop()
+        rows, further = [_table_header(wide, shared is None)], []
         for run in self.runs:
             for out in run.outputs:
                 verdict = "ok" if out.passed else f"FAIL {out.detail}"
@@ -146,41 +150,66 @@ class ValidationReport:
                 if _further_from_float64(out):
                     verdict += ", further from float64"
                     further.append(out)
-                lines.append(
-                    f"{run.provider:<9}{run.level:<9}{run.profile:<15}{out.output[:23]:<24}"
-                    f"{out.max_abs:>10.3g}{out.max_rel:>10.3g}  {_tolerance_text(out):<12}"
-                    f"{_error_text(out.reference_error_original):>9}"
-                    f"{_error_text(out.reference_error_candidate):>9}  {verdict}"
+                where = [run.provider, run.level] if wide else [f"{run.provider}/{run.level}"]
+                rows.append(
+                    [
+                        *where,
+                        run.profile,
+                        out.output if wide else middle(out.output, OUTPUT_NAME_WIDTH),
+                        f"{out.max_abs:.3g}",
+                        f"{out.max_rel:.3g}",
+                        *([_tolerance_text(out)] if shared is None else []),
+                        _error_text(out.reference_error_original),
+                        _error_text(out.reference_error_candidate),
+                        verdict,
+                    ]
                 )
+        right = {index for index, name in enumerate(rows[0]) if name in NUMBER_COLUMNS}
+        said = [] if shared is None else [f"tolerance (atol/rtol): {shared} for every output"]
         for site in self.sites:
             if not site.passed:
                 action = "rolled back" if site.output in self.rolled_back else "FAIL"
-                lines.append(
+                said.append(
                     f"site {site.output!r} ({site.kind}) on {site.provider}: {action}: "
                     f"{site.comparison.detail if site.comparison is not None else site.note}"
                 )
         checked = sum(1 for site in self.sites if site.comparison is not None)
         if self.sites:
-            lines.append(f"sites checked alone: {checked} of {len(self.sites)} (site x provider)")
-        lines.append(
+            said.append(f"sites checked alone: {checked} of {len(self.sites)} (site x provider)")
+        said.append(
             "an element passes when |cand - orig| <= atol + rtol * |orig| (max rel is large where "
             "orig is near 0)\norig-f64, cand-f64: each model's max abs error against the original "
             "run in float64 (-: no float64 run)"
         )
         if further:
             worst = max(further, key=lambda out: out.reference_error_candidate or 0.0)
-            lines.append(
+            said.append(
                 f"note: the candidate is further from float64 than the original on {len(further)} "
                 f"output run(s); worst {worst.output!r}: "
                 f"{worst.reference_error_candidate:.3g} vs {worst.reference_error_original:.3g}"
             )
         if self.repairs_refused and self.repaired:
-            lines.append(
+            said.append(
                 f"FAILED: {self.repaired} element(s) repaired (beyond tolerance, nearer float64) "
                 "and repairs are refused (--refuse-repairs)"
             )
-        lines.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(lines)
+        said.extend(f"note: {note}" for note in self.notes)
+        return "\n".join([*aligned(rows, right, wide), *(wrap(line, wide) for line in said)])
+
+
+def _table_header(wide: bool, tolerance: bool) -> list[str]:
+    """The validation table's column names (`tolerance`: with the atol/rtol column)."""
+    return [
+        *(["provider", "level"] if wide else ["prov/level"]),
+        "inputs",
+        "output",
+        "max abs",
+        "max rel",
+        *(["atol/rtol"] if tolerance else []),
+        "orig-f64",
+        "cand-f64",
+        "result",
+    ]
 
 
 def _tolerance_text(out: OutputComparison) -> str:
