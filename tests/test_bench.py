@@ -16,7 +16,7 @@ import normfuse
 from models.builders import LayerNormSpec, RmsNormSpec, norm_model
 from normfuse.cli.main import main
 from normfuse.io.columns import display_names
-from normfuse.measure import bench
+from normfuse.measure import bench, intervals, progress
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 QUICK = bench.BenchOptions(warmup=2, runs=10, threads=1)
@@ -28,9 +28,9 @@ def test_ratio_interval_brackets_the_ratio_and_detects_a_real_difference() -> No
     base = rng.normal(1.0, 0.05, 200)
     same = base * rng.normal(1.0, 0.01, 200)
     slower = base * 1.2
-    ratio, (low, high) = bench.ratio_with_interval(base, same, blocks)
+    ratio, (low, high) = intervals.ratio_with_interval(base, same, blocks)
     assert low <= ratio <= high and low < 1.0 < high
-    ratio, (low, high) = bench.ratio_with_interval(base, slower, blocks)
+    ratio, (low, high) = intervals.ratio_with_interval(base, slower, blocks)
     assert ratio == pytest.approx(1.2) and low > 1.1
 
 
@@ -286,7 +286,7 @@ def test_p99_is_kept_with_enough_runs() -> None:
 
 
 def test_format_seconds_picks_the_unit() -> None:
-    assert [bench.format_seconds(s) for s in (8.5e-7, 2e-4, 5.308e-3, 28.682e-3, 1.5)] == [
+    assert [progress.format_seconds(s) for s in (8.5e-7, 2e-4, 5.308e-3, 28.682e-3, 1.5)] == [
         "850.0 ns",
         "200.0 us",
         "5.308 ms",
@@ -302,10 +302,10 @@ def test_progress_counts_measured_runs_with_elapsed_time_and_estimate(capsys) ->
     err = capsys.readouterr().err
     assert "cpu/all: run 10/10, " in err and " elapsed, about " in err and " left" in err
     assert "13/13" not in err and "run 13" not in err
-    assert bench.progress_text("cpu/all", 50, 200, 1.0) == (
+    assert progress.progress_text("cpu/all", 50, 200, 1.0) == (
         "cpu/all: run 50/200, 1.000 s elapsed, about 3.000 s left"
     )
-    assert bench.progress_text("cpu/all", 0, 200, 0.0, (3, 20)) == "cpu/all: warm-up 3/20"
+    assert progress.progress_text("cpu/all", 0, 200, 0.0, (3, 20)) == "cpu/all: warm-up 3/20"
 
 
 def test_plot_draws_one_png(tmp_path: Path, capsys) -> None:
@@ -375,7 +375,7 @@ def a_a_ratio(sets: int, bias: float, set_spread: float = 0.0) -> tuple[float, t
     machine = CreationOrderMachine(4, bias, set_spread)
     plan = bench.schedule(count=4, runs=240, warmup=2, sets=sets)
     measured = bench.time_sets(plan, machine.make_runner, machine.clock)
-    return bench.ratio_with_interval(measured.samples[0], measured.samples[3], measured.blocks)
+    return intervals.ratio_with_interval(measured.samples[0], measured.samples[3], measured.blocks)
 
 
 def test_a_session_creation_order_bias_cancels_over_session_sets() -> None:
@@ -396,8 +396,8 @@ def test_interval_covers_between_session_differences() -> None:
         plan = bench.schedule(count=2, runs=60, warmup=1, sets=6, seed=seed)
         measured = bench.time_sets(plan, machine.make_runner, machine.clock)
         base, other = measured.samples
-        _, (low, high) = bench.ratio_with_interval(base, other, measured.blocks)
-        _, (round_low, round_high) = bench.ratio_with_interval(base, other)
+        _, (low, high) = intervals.ratio_with_interval(base, other, measured.blocks)
+        _, (round_low, round_high) = intervals.ratio_with_interval(base, other)
         covered["sets"] += low <= 1.0 <= high
         covered["rounds"] += round_low <= 1.0 <= round_high
         assert high - low > round_high - round_low
@@ -418,13 +418,13 @@ def test_rounds_rotate_so_each_model_takes_each_position_equally_often() -> None
 def test_t_quantile_matches_the_printed_tables() -> None:
     printed = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 30: 2.042, 1000: 1.962}
     for df, value in printed.items():
-        assert bench.t_quantile(0.975, df) == pytest.approx(value, abs=1e-3)
+        assert intervals.t_quantile(0.975, df) == pytest.approx(value, abs=1e-3)
 
 
 def test_halves_keep_each_set_with_the_one_that_reverses_its_creation_order() -> None:
-    assert list(bench.half_of_each(10)) == [0, 0, 1, 1, 0, 0, 1, 1, 0, 0]
-    assert list(bench.half_of_each(3)) == [0, 1, 0]
-    assert list(bench.half_of_each(2)) == [0, 1]
+    assert list(intervals.half_of_each(10)) == [0, 0, 1, 1, 0, 0, 1, 1, 0, 0]
+    assert list(intervals.half_of_each(3)) == [0, 1, 0]
+    assert list(intervals.half_of_each(2)) == [0, 1]
 
 
 def sets_with_ratios(ratios: list[float], rounds: int = 20) -> tuple[np.ndarray, ...]:
@@ -442,7 +442,7 @@ def test_interval_is_students_t_over_the_session_sets_own_ratios() -> None:
     with 3% session-to-session spread)."""
     ratios = [1.04, 0.97, 1.01, 0.96, 1.03, 0.98, 1.00, 1.02, 0.99, 1.00]
     base, other, blocks = sets_with_ratios(ratios)
-    ratio, (low, high) = bench.ratio_with_interval(base, other, blocks)
+    ratio, (low, high) = intervals.ratio_with_interval(base, other, blocks)
     spread = 2.262 * np.std(np.log(ratios), ddof=1) * np.sqrt(2 / 10)
     assert ratio == pytest.approx(np.median(other) / np.median(base))
     assert (low, high) == pytest.approx((ratio * np.exp(-spread), ratio * np.exp(spread)), rel=1e-3)
@@ -454,16 +454,16 @@ def test_interval_is_students_t_over_the_session_sets_own_ratios() -> None:
 def test_a_ratio_one_half_of_the_sets_does_not_reproduce_is_not_called_faster() -> None:
     """Pairs of sets alternate between halves; one half reads 0.95, the other 0.995. The t-interval
     alone lies below 0.99; widened to hold each half's ratio, it reaches 0.995: inconclusive."""
-    halves = bench.half_of_each(10)
+    halves = intervals.half_of_each(10)
     ratios = [0.95 if half == 0 else 0.995 for half in halves]
     base, other, blocks = sets_with_ratios(ratios)
-    ratio, (low, high) = bench.ratio_with_interval(base, other, blocks)
+    ratio, (low, high) = intervals.ratio_with_interval(base, other, blocks)
     logs = np.log(ratios)
     t_high = ratio * np.exp(2.262 * np.std(logs, ddof=1) * np.sqrt(2 / 10))
     assert t_high < 0.99 and high == pytest.approx(0.995, abs=2e-3)
     assert bench.verdict((low, high)) == bench.INCONCLUSIVE
     reproduced = sets_with_ratios([0.95, 0.96] * 5)
-    _, interval = bench.ratio_with_interval(*reproduced)
+    _, interval = intervals.ratio_with_interval(*reproduced)
     assert bench.verdict(interval) == bench.FASTER
 
 
@@ -488,9 +488,9 @@ def repeated_benches(costs: tuple[float, float], seeds: int = 40) -> tuple[Count
         machine = CreationOrderMachine(2, bias=0.03, set_spread=0.05, seed=seed, costs=costs)
         plan = bench.schedule(2, bench.RUNS, 1, bench.SESSION_SETS, seed)
         measured = bench.time_sets(plan, machine.make_runner, machine.clock)
-        _, interval = bench.ratio_with_interval(*measured.samples, measured.blocks)
+        _, interval = intervals.ratio_with_interval(*measured.samples, measured.blocks)
         over_sets[bench.verdict(interval)] += 1
-        over_rounds[bench.verdict(bench.ratio_with_interval(*measured.samples)[1])] += 1
+        over_rounds[bench.verdict(intervals.ratio_with_interval(*measured.samples)[1])] += 1
     return over_sets, over_rounds
 
 
@@ -525,11 +525,11 @@ def test_time_budget_stops_after_the_set_that_would_overrun() -> None:
 
 
 def test_progress_line_estimates_the_whole_run_and_shows_the_budget() -> None:
-    assert bench.progress_text("cpu/disable", 50, 200, 1.0, later=1) == (
+    assert progress.progress_text("cpu/disable", 50, 200, 1.0, later=1) == (
         "cpu/disable: run 50/200, 1.000 s elapsed, about 3.000 s left here, "
         "about 7.000 s in all (1 more level/provider)"
     )
-    assert bench.progress_text("cpu/all", 50, 200, 1.0, budget=2.0) == (
+    assert progress.progress_text("cpu/all", 50, 200, 1.0, budget=2.0) == (
         "cpu/all: run 50/200, 1.000 s elapsed, about 1.000 s left; budget 2.000 s each"
     )
 

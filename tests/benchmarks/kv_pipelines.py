@@ -34,7 +34,7 @@ from ort_optimizer import model_type, ort_transformers_optimize
 
 import normfuse
 from normfuse.ir.placement import graphs_by_scope
-from normfuse.measure import bench
+from normfuse.measure import bench, intervals
 from normfuse.prove import sessions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def measure(entry: dict, options: bench.BenchOptions, threading: bench.Threading
         row[name]["ratio"] = [timings[name].ratio, list(timings[name].ratio_interval)]
     if OPT in timings and OPT_NF in timings:
         opt = timings[OPT]
-        ratio = bench.ratio_with_interval(opt.samples, timings[OPT_NF].samples, opt.blocks)
+        ratio = intervals.ratio_with_interval(opt.samples, timings[OPT_NF].samples, opt.blocks)
         row["opt_nf_vs_opt"] = [ratio[0], list(ratio[1])]
     row["recommended"] = recommend(row)
     return row

@@ -41,7 +41,7 @@ import onnxruntime as ort
 from ort_optimizer import ort_transformers_optimize
 
 import normfuse
-from normfuse.measure import bench
+from normfuse.measure import bench, intervals
 from normfuse.prove import sessions
 from normfuse.prove.inputs import graph_inputs, make_inputs
 
@@ -203,7 +203,7 @@ def time_rows(
         timings = {t.model: t for t in report.timings if t.level == level}
         orders = [n for n in (NF_OPT, OPT_NF) if n in timings]
         best = min(orders, key=lambda n: float(np.median(timings[n].samples)))
-        best_ratio, best_interval = bench.ratio_with_interval(
+        best_ratio, best_interval = intervals.ratio_with_interval(
             timings[OPT].samples, timings[best].samples, timings[OPT].blocks
         )
         rows.append(

@@ -20,10 +20,7 @@ idle session's pool does not steal the CPU from the one being timed, and the rep
 
 from __future__ import annotations
 
-import functools
 import gc
-import math
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -48,6 +45,8 @@ from normfuse.io.columns import (
 )
 from normfuse.match.records import FUSED_NORM_OPS
 from normfuse.measure.defaults import MIN_RUNS_PER_SET, RUNS, SESSION_SETS, WARMUP
+from normfuse.measure.intervals import ratio_with_interval
+from normfuse.measure.progress import Progress, format_seconds
 from normfuse.prove import openvino_runtime, sessions
 from normfuse.prove.inputs import graph_inputs, make_inputs
 
@@ -298,15 +297,6 @@ def verdict(interval: tuple[float, float]) -> str:
     return INCONCLUSIVE
 
 
-def format_seconds(seconds: float) -> str:
-    """`850 ns`, `12.3 us`, `4.56 ms`, `1.23 s`: three or four significant digits and a unit."""
-    scales = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
-    unit, scale = next(((u, f) for u, f in scales if abs(seconds) >= f), scales[-1])
-    value = seconds / scale
-    digits = 1 if value >= 100 else 2 if value >= 10 else 3
-    return f"{value:.{digits}f} {unit}"
-
-
 def run_keys(timings: list[Timing]) -> list[int]:
     """For each timing, the number of the side-by-side run it belongs to (a run starts at its
     reference, the first model)."""
@@ -539,78 +529,6 @@ def _time_group(
     return timings, note
 
 
-class Progress:
-    """One stderr line, rewritten in place: warm-up rounds, then measured rounds with the time
-    elapsed since measuring began and an estimate of the time left."""
-
-    def __init__(
-        self,
-        label: str,
-        runs: int,
-        enabled: bool,
-        later: int = 0,
-        budget: float | None = None,
-    ) -> None:
-        self.label, self.runs, self.enabled = label, runs, enabled
-        self.later, self.budget = later, budget
-        self.started: float | None = None
-        self.shown = 0.0
-        self.width = 0
-
-    def update(self, done: int, warmup: tuple[int, int] | None = None) -> None:
-        """Called after each round: `done` measured rounds so far, and (round, of) while a session
-        set warms up."""
-        now = time.monotonic()
-        if self.started is None and (done or (warmup and warmup[0] == warmup[1])):
-            self.started = now
-        if not self.enabled or (now - self.shown < 0.2 and done < self.runs):
-            return
-        self.shown = now
-        if warmup is not None:
-            text = progress_text(self.label, done, self.runs, 0.0, warmup)
-        else:
-            elapsed = now - (self.started if self.started is not None else now)
-            text = progress_text(
-                self.label, done, self.runs, elapsed, later=self.later, budget=self.budget
-            )
-        self.width = max(self.width, len(text))
-        print("\r" + text.ljust(self.width), end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        """Erase the line."""
-        if self.enabled and self.width:
-            print("\r" + " " * self.width + "\r", end="", file=sys.stderr, flush=True)
-
-
-def progress_text(
-    label: str,
-    done: int,
-    runs: int,
-    elapsed: float,
-    warmup: tuple[int, int] | None = None,
-    later: int = 0,
-    budget: float | None = None,
-) -> str:
-    """`cpu/all: warm-up 3/20` or `cpu/all: run 50/200, 1.2 s elapsed, about 3.6 s left`, then,
-    when `later` provider/level groups follow, the estimate for all of them (each taking as long
-    as this one), and the budget per group when one is set."""
-    if warmup is not None:
-        return f"{label}: warm-up {warmup[0]}/{warmup[1]}"
-    left = elapsed / done * (runs - done) if done else 0.0
-    if budget is not None:
-        left = min(left, max(budget - elapsed, 0.0))
-    text = (
-        f"{label}: run {done}/{runs}, {format_seconds(elapsed)} elapsed, "
-        f"about {format_seconds(left)} left"
-    )
-    if later:
-        total = left + later * (elapsed + left)
-        text += f" here, about {format_seconds(total)} in all ({later} more level/provider)"
-    if budget is not None:
-        text += f"; budget {format_seconds(budget)} each"
-    return text
-
-
 def _runner(session: ort.InferenceSession, provider: str, feeds: dict):
     """A no-argument callable running one inference; on CUDA with device-resident I/O."""
     if provider != "cuda":
@@ -626,70 +544,6 @@ def _runner(session: ort.InferenceSession, provider: str, feeds: dict):
         binding.synchronize_outputs()
 
     return run_bound
-
-
-def ratio_with_interval(
-    base: np.ndarray, other: np.ndarray, blocks: np.ndarray | None = None
-) -> tuple[float, tuple[float, float]]:
-    """median(other) / median(base), and a 95% interval for the ratio a repeat of this bench
-    would measure (`blocks`: the session set of each sample; None: one set): Student's t on the
-    spread of the units' log ratios (`unit_log_ratios`), the standard error counted for this
-    bench and for the repeat (a factor of √2), centred on the ratio, then widened where needed
-    to hold the ratio of each half of the units (`half_of_each`). It holds the true ratio with
-    about 99% confidence; a ratio it places beyond the band is one a repeat would also see."""
-    ratio = float(np.median(other) / np.median(base))
-    if base is other or np.array_equal(base, other):
-        return 1.0, (1.0, 1.0)
-    if base.size < 2:  # one round: no spread to measure (and no word: one set)
-        return ratio, (ratio, ratio)
-    units = sample_units(np.zeros(base.size, int) if blocks is None else blocks)
-    logs = unit_log_ratios(base, other, units)
-    spread = t_quantile(0.975, logs.size - 1) * logs.std(ddof=1) * math.sqrt(2 / logs.size)
-    low, high = ratio * math.exp(-spread), ratio * math.exp(spread)
-    halves = half_of_each(logs.size)[units]
-    for half in (0, 1):
-        chosen = halves == half
-        half_ratio = float(np.median(other[chosen]) / np.median(base[chosen]))
-        low, high = min(low, half_ratio), max(high, half_ratio)
-    return ratio, (low, high)
-
-
-def sample_units(blocks: np.ndarray) -> np.ndarray:
-    """The unit (0, 1, ...) each sample belongs to: its session set, or its own round where all
-    samples come from one set (the interval then covers rounds only)."""
-    values = np.unique(blocks)
-    return np.arange(blocks.size) if values.size == 1 else np.searchsorted(values, blocks)
-
-
-def unit_log_ratios(base: np.ndarray, other: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """log(median(other) / median(base)) within each unit (0, 1, ...), in unit order."""
-    order = np.argsort(units, kind="stable")
-    bounds = np.flatnonzero(np.diff(units[order])) + 1
-    if bounds.size == units.size - 1:  # a unit per round
-        return np.log(other[order] / base[order])
-    groups = np.split(order, bounds)
-    return np.log([np.median(other[group]) / np.median(base[group]) for group in groups])
-
-
-def half_of_each(count: int) -> np.ndarray:
-    """The half (0 or 1) of each of `count` units in time order: consecutive pairs alternate
-    between halves (a set and the next, which reverses its creation order, stay together so the
-    order's drift cancels within each half, and each half spans the whole run); with fewer than
-    four units, the units alternate."""
-    index = np.arange(count)
-    return (index // 2) % 2 if count >= 4 else index % 2
-
-
-@functools.lru_cache
-def t_quantile(probability: float, df: int) -> float:
-    """Student's t quantile with `df` degrees of freedom, from its density integrated on a fine
-    grid (within about 1e-4; no SciPy)."""
-    grid = np.linspace(0.0, 64.0, 256_001)
-    log_scale = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    density = np.exp(log_scale - (df + 1) / 2 * np.log1p(grid**2 / df))
-    steps = (density[1:] + density[:-1]) / 2 * np.diff(grid)
-    cumulative = 0.5 + np.concatenate([[0.0], np.cumsum(steps)])
-    return float(np.interp(probability, cumulative, grid))
 
 
 def norm_ops_after_ort(model: BenchModel, provider: str, level: str, options: BenchOptions) -> dict:
