@@ -16,6 +16,12 @@ ORT_MODEL_TYPES = {
     "gpt_neox": "gpt_neox",
     "whisper_encoder": "bert",
     "qwen3": "qwen3",
+    # the RoBERTa family (issue 34): BERT encoders
+    "roberta": "bert",
+    "xlm_roberta": "bert",
+    "camembert": "bert",
+    "electra": "bert",
+    "deberta_v2": "bert",
     "whisper": "bart",  # the KV zoo's Whisper decoder
     "unet_block": "unet",
     "vae_mid_block": "vae",
@@ -33,9 +39,15 @@ def model_type(architecture: str) -> str:
 
 
 def ort_transformers_optimize(
-    source: Path, out: Path, architecture: str, norms_only: bool = False
+    source: Path,
+    out: Path,
+    architecture: str,
+    norms_only: bool = False,
+    *,
+    opt_level: int | None = 0,
 ) -> dict[str, int]:
-    """Run `optimize_model` (opt_level 0: its python fusions, no ORT session passes) and save;
+    """Run `optimize_model` and save: `opt_level` 0 (the default here) runs its python fusions
+    only, None the model type's own level (ORT session passes first, the optimizer's default);
     `norms_only` keeps just its layer-norm and skip-layer-norm fusions (no attention, GELU,
     embedding or rotary fusions), for a like-for-like comparison with normfuse. Returns the
     optimizer's own fusion statistics (`get_fused_operator_statistics`, zero counts dropped)."""
@@ -51,7 +63,7 @@ def ort_transformers_optimize(
     optimized = optimize_model(
         str(source),
         model_type=model_type(architecture),
-        opt_level=0,
+        opt_level=opt_level,
         use_gpu=False,
         only_onnxruntime=False,
         optimization_options=options,
