@@ -72,3 +72,22 @@ def pytest_terminal_summary(terminalreporter) -> None:
     terminalreporter.write_sep("-", "ONNX backend sweep")
     for line in sweep.TALLY.lines():
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found() -> Iterator[None]:
+    """No test (and no normfuse call in it) leaves SIGINT or SIGTERM blocked or with another
+    handler: a library call that did would leave a user's Ctrl-C dead."""
+    import signal
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = (
+        {s: signal.getsignal(s) for s in held},
+        held & signal.pthread_sigmask(signal.SIG_BLOCK, []),
+    )
+    yield
+    after = (
+        {s: signal.getsignal(s) for s in held},
+        held & signal.pthread_sigmask(signal.SIG_BLOCK, []),
+    )
+    assert after == before, f"signal state changed: {before} -> {after}"
