@@ -29,7 +29,7 @@ import normfuse
 from normfuse.errors import NormfuseError
 from normfuse.prove import sessions
 from normfuse.prove.guard import OutputGuard
-from normfuse.prove.inputs import symbolic_dims
+from normfuse.prove.inputs import SMALL_PROBE, WIDE_PROBE, symbolic_dims
 from normfuse.stages import ort_transformers as ort_stage
 from normfuse.stages.model_type import infer_model_type
 
@@ -58,7 +58,8 @@ NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(")
 
 
 def verdict(original: onnx.ModelProto, candidate: onnx.ModelProto | None, why: str = "") -> str:
-    """loads / runs / matches against the original, by the output guard's checks."""
+    """loads / runs / matches against the original, by the output guard's checks (at the small
+    sizes and at batch 2 with padded masks, as the stage proves its output)."""
     if candidate is None:
         return f"crashed ({why})"
     try:
@@ -66,10 +67,13 @@ def verdict(original: onnx.ModelProto, candidate: onnx.ModelProto | None, why: s
     except NormfuseError as error:
         missing = NO_KERNEL.search(str(error))
         return f"does not load ({f'no CPU kernel for {missing[1]}' if missing else error})"
-    guard = OutputGuard(original)
-    failure = guard.failure(candidate, ort_only=True)
+    guards = [OutputGuard(original, probe=probe) for probe in (SMALL_PROBE, WIDE_PROBE)]
+    failure = next(
+        (found for guard in guards if (found := guard.failure(candidate, ort_only=True))), None
+    )
     if failure is None:
-        return "matches (repair)" if guard.repair_failure(candidate) else "matches"
+        repaired = guards[0].repair_failure(candidate, ort_only=True)
+        return "matches (repair)" if repaired else "matches"
     if failure.reason == "output-does-not-run":
         return f"does not run ({failure.detail[:90]})"
     return f"differs: {failure.reason} ({failure.detail[:140]})"
