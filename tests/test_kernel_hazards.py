@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from helpers import assert_same_numerics
 from onnx import TensorProto, helper, numpy_helper
 
 import normfuse
@@ -80,6 +81,7 @@ def test_float32_skip_form_still_fuses_for_cuda() -> None:
     result = normfuse.optimize(residual_rms(F32), passes="skip-norm", providers=["cpu", "cuda"])
     assert _skip_ops(result.model) == ["SkipSimplifiedLayerNormalization"]
     assert result.report.near_misses == []
+    assert_same_numerics(residual_rms(F32), result.model)
 
 
 @pytest.mark.parametrize("op", sorted(SKIP_OPS))

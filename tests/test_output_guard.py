@@ -537,3 +537,26 @@ def test_the_wide_probe_pads_masks_left_and_right() -> None:
     ]
     assert padded["x"] is feeds["x"]
     assert inputs.WIDE_PROBE.batch == 2 and inputs.WIDE_PROBE.padded_masks
+
+
+def test_an_input_dim_an_output_names_keeps_its_probe_size() -> None:
+    """Only input dims that no output names take a declared sum: a mask `length` that an
+    output also has keeps its own size, not `past + seq`."""
+    infos = [
+        helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [1, dim])
+        for name, dim in (("p", "past"), ("x", "seq"), ("mask", "length"))
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, "past + seq"]),
+        helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, "length"]),
+    ]
+    nodes = [
+        helper.make_node("Concat", ["p", "x"], ["y"], axis=1),
+        helper.make_node("Identity", ["mask"], ["z"]),
+    ]
+    model = helper.make_model(helper.make_graph(nodes, "g", infos, outputs))
+    assert inputs.probe_dim_choices(model) == [
+        dict.fromkeys(["past", "seq", "length"], inputs.PROBE_DIM)
+    ]
+    del model.graph.output[1]  # now no output names `length`: it may take the declared sum
+    assert inputs.probe_dim_choices(model)[1]["length"] == 2 * inputs.PROBE_DIM

@@ -130,16 +130,16 @@ def repair_lines(sites: list[Site]) -> list[str]:
     """The table's lines for sites kept as repairs: one per site its repair was attributed to,
     and one for each group of sites it was not attributed within (`among_sites`)."""
     lines: list[str] = []
-    groups: set[int] = set()  # a group's sites share one evidence tuple
     for site in sites:
         if not site.repair:
             continue
         among = site.repair[0].get("among_sites")
         if among is None:
             lines.append(repair_line(site, f"{site.kind} at {site.output!r}"))
-        elif id(site.repair) not in groups:
-            lines.append(repair_line(site, f"in one of {among} sites (not attributed further)"))
-            groups.add(id(site.repair))
+            continue
+        line = repair_line(site, f"in one of {among} sites (not attributed further)")
+        if line not in lines:  # every site of a group carries the group's evidence
+            lines.append(line)
     return lines
 
 

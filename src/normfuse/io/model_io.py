@@ -408,9 +408,7 @@ def _copy_range(source: Path, offset: int, length: int, out: BinaryIO) -> None:
     (`SEEK_DATA`/`SEEK_HOLE`: a sparse file's holes stay holes, and read as zeros)."""
     out.flush()
     start = out.tell()
-    with source.open("rb") as file:
-        if os.fstat(file.fileno()).st_size < offset + length:
-            raise NormfuseError(f"{source}: external data ended early")
+    with source.open("rb") as file:  # its size was checked (`check_external_location`)
         for begin, end in _data_ranges(file.fileno(), offset, offset + length):
             _copy_bytes(file, begin, out, start + begin - offset, end - begin)
     out.seek(start + length)
@@ -436,14 +434,19 @@ def _data_ranges(fd: int, begin: int, end: int) -> Iterator[tuple[int, int]]:
 
 
 def _copy_bytes(source: BinaryIO, begin: int, out: BinaryIO, at: int, length: int) -> None:
-    """`length` bytes of `source` at `begin` written to `out` at `at`."""
-    done = 0
+    """`length` bytes of `source` at `begin` written to `out` at `at`: in the kernel where it
+    can, else (another filesystem, no such call) read and written."""
+    done, kernel = 0, hasattr(os, "copy_file_range")
     while done < length:
-        try:
-            count = os.copy_file_range(
-                source.fileno(), out.fileno(), length - done, begin + done, at + done
-            )
-        except (OSError, AttributeError):  # another filesystem, or no such call here
+        count = 0
+        if kernel:
+            try:
+                count = os.copy_file_range(
+                    source.fileno(), out.fileno(), length - done, begin + done, at + done
+                )
+            except OSError:
+                kernel = False
+        if not kernel:
             source.seek(begin + done)
             out.seek(at + done)
             count = out.write(source.read(min(length - done, _COPY_CHUNK)))

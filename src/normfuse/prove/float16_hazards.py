@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 
 from normfuse.facts.shapes import TensorType
+from normfuse.io.columns import middle
 from normfuse.match.records import Site
 from normfuse.prove.site_inputs import isolate, site_feeds
 from normfuse.prove.strict_float16 import Program, Values
@@ -180,12 +181,5 @@ def hazard_line(site: Site) -> str:
         f"{'?' if limit is None else f'{limit:g}'}, fused: {fused}"
     )
     head = "float16 hazard "
-    return f"{head}{_elided(site.output, 100 - len(head) - len(tail) - 2)!r}{tail}"
-
-
-def _elided(name: str, room: int) -> str:
-    """`name`, or its start and end around `...` where it is longer than `room`."""
-    if len(name) <= room:
-        return name
-    kept = max(room - 3, 8)
-    return f"{name[: kept // 2]}...{name[len(name) - (kept - kept // 2) :]}"
+    room = max(100 - len(head) - len(tail) - 2, 8)
+    return f"{head}{middle(site.output, room)!r}{tail}"

@@ -129,17 +129,15 @@ def probe_dim_choices(
         dim.dim_param
         for info in model.graph.output
         for dim in info.type.tensor_type.shape.dim
-        if dim.dim_param and dim.dim_param not in names
+        if dim.dim_param
     }
-    used: set[str] = set()
+    used = declared & names
     values = set()
-    for text in sorted(declared):
+    for text in sorted(declared - names):
         expression = dim_expressions.parse(text, names)
         if expression is not None:
             used |= set(expression.names)
             values.add(expression.value(first))
-        elif text in names:
-            used.add(text)
     free = {name for name in names if name not in used and not _BATCH_LIKE.search(name)}
     free -= set(_expressions(model))
     return [first] + [
