@@ -173,7 +173,7 @@ def test_float16_site_carries_its_hazard(kind: str) -> None:
     assert float16_hazards.NOTE in as_json["notes"]
     lines = [line for line in result.report.table().splitlines() if "float16 hazard" in line]
     assert lines == [
-        "float16 hazard 'y': Pow inf past |x-mean| 255.875, fused: finite",
+        "float16 hazard 'y': Pow inf at ±300, finite to |x-mean| 255.875; fused: finite",
         float16_hazards.NOTE,
     ]
 

@@ -560,3 +560,16 @@ def test_an_input_dim_an_output_names_keeps_its_probe_size() -> None:
     ]
     del model.graph.output[1]  # now no output names `length`: it may take the declared sum
     assert inputs.probe_dim_choices(model)[1]["length"] == 2 * inputs.PROBE_DIM
+
+
+def test_a_model_the_guard_cannot_run_says_so() -> None:
+    """A merged decoder's generated inputs do not run it: its sites rest on the weightless
+    checks, and the report says so (no repair could be seen); a model it runs has no such note."""
+    from normfuse.driver.optimize import NOT_RUN_NOTE
+
+    merged = normfuse.optimize(
+        str(ROOT / "models" / "real" / "kv" / "llama_optimum_merged_opset17.onnx")
+    )
+    assert merged.report.sites and NOT_RUN_NOTE in merged.report.notes
+    ran = normfuse.optimize(str(DYNAMO_WITH_PAST))
+    assert ran.report.sites and NOT_RUN_NOTE not in ran.report.notes

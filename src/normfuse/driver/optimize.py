@@ -206,8 +206,9 @@ def _with_repairs(
     excluded: dict[str, tuple[str, str]],
     output_guard: guard.OutputGuard,
 ) -> OptimizeResult:
-    """`result` with each site that makes an output a repair carrying its evidence, and the
-    note every fused layer norm calls for (`ILL_CONDITIONED_NOTE`)."""
+    """`result` with each site that makes an output a repair carrying its evidence, the note
+    every fused layer norm calls for (`ILL_CONDITIONED_NOTE`), and the note that the guard did
+    not run the models where it could not (`NOT_RUN_NOTE`: no repair can be seen then)."""
     found = rollback.repaired_sites(build, excluded, result, output_guard)
     if found:
         result.report.sites = [
@@ -218,6 +219,8 @@ def _with_repairs(
         ]
     if any(site.kind in CENTRED_KINDS and not site.repair for site in result.report.sites):
         result.report.notes.append(ILL_CONDITIONED_NOTE)
+    if result.report.sites and not output_guard.runs():
+        result.report.notes.append(NOT_RUN_NOTE)
     return result
 
 
@@ -245,6 +248,10 @@ def _with_float16_hazards(
 CENTRED_KINDS = ("layer-norm", "group-norm")
 
 
+NOT_RUN_NOTE = (
+    "note: the output guard did not run these models (too large, or no generated input runs "
+    "the original): weightless checks only; --validate with --dims or --inputs runs them"
+)
 ILL_CONDITIONED_NOTE = (
     "note: fused layer norms match the graph except on rows of mean >= 1e3x spread "
     "(float32's limit; docs/limitations.md)"

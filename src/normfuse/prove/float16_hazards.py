@@ -177,8 +177,8 @@ def hazard_line(site: Site) -> str:
     limit = record["max_finite_spread"]
     fused = {True: "finite", False: "NOT finite", None: "not cut out"}[record["fused_finite"]]
     tail = (
-        f": {record['first_non_finite']['op']} inf past |x-mean| "
-        f"{'?' if limit is None else f'{limit:g}'}, fused: {fused}"
+        f": {record['first_non_finite']['op']} inf at ±{record['probe_spread']:g}, finite to "
+        f"|x-mean| {'?' if limit is None else f'{limit:g}'}; fused: {fused}"
     )
     head = "float16 hazard "
     room = max(100 - len(head) - len(tail) - 2, 8)
